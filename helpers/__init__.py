@@ -1,0 +1,10 @@
+"""The package behind the book's notebooks: launch real distributed jobs, measure, explain."""
+from .launch import LaunchError, LaunchTimeout, RankError, launch
+
+__all__ = ["launch", "LaunchError", "LaunchTimeout", "RankError", "load_ipython_extension"]
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext helpers`` registers the ``%%torchrun`` cell magic."""
+    from .magic import register
+    register(ipython)

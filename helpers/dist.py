@@ -1,0 +1,144 @@
+"""Inside a rank: set up the process group from torchrun's environment, and tear it down.
+
+The same code runs under ``helpers.launch`` (a notebook cell), under the
+``torchrun`` CLI on a GPU node, or as a single plain process::
+
+    with distributed() as ctx:          # reads RANK, LOCAL_RANK, WORLD_SIZE
+        model = DDP(model.to(ctx.device), device_ids=ctx.device_ids)
+        ...
+        report(step, total, loss=loss.item())   # rank 0 feeds the launcher's progress bar
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where this rank stands: its place in the job and the device it owns."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def device_ids(self) -> list[int] | None:
+        """What DDP's ``device_ids`` wants: the one local GPU, or None on the CPU."""
+        return [self.device.index] if self.device.type == "cuda" else None
+
+
+def pick_backend(local_world_size: int) -> str:
+    """NCCL when every local rank can own a GPU, gloo on the CPU otherwise."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
+        return "nccl"
+    return "gloo"
+
+
+def threads_per_rank(local_world_size: int) -> int:
+    """Split the cores between the ranks on this host, so they do not fight over them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, local_world_size))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def setup(seed: int = DEFAULT_SEED) -> Context:
+    """Join the process group described by torchrun's environment variables.
+
+    Without them (a plain ``python script.py``) it sets up a group of one, so a
+    recipe runs unchanged as a single process.
+    """
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    # LOCAL_RANK, not RANK, indexes this host's GPUs: on the second node RANK is 8..15.
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+
+    backend = os.environ.get("HELPERS_BACKEND") or pick_backend(local_world_size)
+    threads = int(os.environ.get("HELPERS_THREADS", 0)) or threads_per_rank(local_world_size)
+    torch.set_num_threads(threads)
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+
+    if not dist.is_initialized():
+        timeout = timedelta(seconds=float(os.environ.get("HELPERS_TIMEOUT", 600)))
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout,
+                                device_id=device if backend == "nccl" else None)
+    seed_everything(seed)
+    return Context(rank, local_rank, world_size, backend, device)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def distributed(seed: int = DEFAULT_SEED):
+    """``setup()`` on entry, and ``teardown()`` however the block ends."""
+    ctx = setup(seed)
+    try:
+        yield ctx
+    except BaseException as e:
+        record_failure(e)  # before teardown: peers fail the moment the group goes away
+        raise
+    finally:
+        teardown()
+
+
+def record_failure(e: BaseException) -> None:
+    """Under ``helpers.launch``, note this rank's exception (the first one only) for the launcher."""
+    path = os.environ.get("HELPERS_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    import time
+    import traceback
+    err = {"rank": int(os.environ.get("RANK", 0)), "type": type(e).__name__, "message": str(e),
+           "traceback": "".join(traceback.format_exception(e)), "time": time.time()}
+    with open(path + ".tmp", "w") as f:
+        json.dump(err, f)
+    os.replace(path + ".tmp", path)
+
+
+def report(step: int, total: int, **metrics: float) -> None:
+    """Tell the launcher how far rank 0 has got; other ranks' calls do nothing.
+
+    Under ``helpers.launch`` the launcher draws this as a progress bar (and
+    hands it to ``on_progress``). Under the torchrun CLI it prints a line at
+    every tenth of the way.
+    """
+    if int(os.environ.get("RANK", 0)) != 0:
+        return
+    record = {"step": step, "total": total, **{k: float(v) for k, v in metrics.items()}}
+    path = os.environ.get("HELPERS_PROGRESS_FILE")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    elif total and (step == total or step % max(1, total // 10) == 0):
+        extra = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+        print(f"step {step}/{total} {extra}", flush=True)

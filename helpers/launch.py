@@ -1,0 +1,273 @@
+"""Run a function in N real processes from a notebook cell, on torch's elastic launcher.
+
+``launch(fn, *args, nprocs=2, **kwargs)`` is what ``torchrun --nproc-per-node 2``
+does for a script, done for a function: torch's elastic agent rendezvouses on
+127.0.0.1, starts the ranks, and hands back each rank's return value. Around
+that engine this module adds what a notebook needs:
+
+* the agent runs in a thread, so the cell's own thread can stream every rank's
+  output, draw rank 0's progress, enforce a timeout and catch the stop button;
+* a failing rank becomes one ``RankError`` carrying that rank's traceback;
+* workers fork from a forkserver that has torch preloaded, so only the first
+  launch in a kernel pays torch's import time;
+* whatever happens, no worker outlives the call.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import multiprocessing
+import multiprocessing.forkserver as forkserver
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from .dist import record_failure
+from .live import LogTail, progress_display
+
+DEFAULT_TIMEOUT = 120.0
+# Third-party modules only: the reader may edit helpers/, and a preloaded copy would go stale.
+PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.elastic", "numpy"]
+
+
+class LaunchError(RuntimeError):
+    """The job could not run as asked (bad arguments); nothing was started."""
+
+
+class RankError(RuntimeError):
+    """A rank raised. Carries that rank's own traceback instead of the launcher's."""
+
+    def __init__(self, rank: int, exc_type: str, message: str, remote_traceback: str):
+        self.rank, self.exc_type, self.message = rank, exc_type, message
+        self.remote_traceback = remote_traceback
+        super().__init__(f"rank {rank} raised {exc_type}: {message}")
+
+    def __str__(self) -> str:
+        head = self.args[0]
+        if not self.remote_traceback:
+            return head
+        return f"{head}\n\n--- traceback in rank {self.rank} ---\n{self.remote_traceback.rstrip()}"
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of pages of launcher frames.
+        return [f"RankError: {self}"]
+
+
+class LaunchTimeout(TimeoutError):
+    """The job ran past its ``timeout``; its ranks were killed."""
+
+
+@dataclass
+class _RankSpec:
+    """Everything a rank needs, pickled once and sent to each worker."""
+
+    fn: Callable
+    args: tuple
+    kwargs: dict
+    run_dir: str
+    env: dict = field(default_factory=dict)
+
+
+def _rank_entry(spec: _RankSpec) -> Any:
+    """The function the elastic agent starts in every worker: wraps the user's ``fn``."""
+    rank = int(os.environ["RANK"])
+    log = os.open(os.path.join(spec.run_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdout.reconfigure(line_buffering=True)
+    sys.stderr.reconfigure(line_buffering=True)
+    os.environ.update(spec.env)
+    os.environ["HELPERS_ERROR_FILE"] = os.path.join(spec.run_dir, f"error{rank}.json")
+    if rank == 0:
+        os.environ["HELPERS_PROGRESS_FILE"] = os.path.join(spec.run_dir, "progress.jsonl")
+    try:
+        return spec.fn(*spec.args, **spec.kwargs)
+    except BaseException as e:  # noqa: BLE001 - reported to the launcher, then the rank dies
+        record_failure(e)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # skip multiprocessing's own traceback dump: the launcher reports it once
+
+
+def _check_importable(fn: Callable) -> None:
+    """Workers import ``fn`` by name; a function typed in a notebook cell has none."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    name = getattr(fn, "__name__", repr(fn))
+    hint = ("Put it in a module (e.g. helpers/recipes/) and import it, "
+            "or run the cell's code with %%torchrun.")
+    if module in (None, "__main__") or "<" in qualname:
+        raise LaunchError(f"launch() cannot send {name!r} to other processes: it is defined in "
+                          f"{'the notebook' if module == '__main__' else 'a local scope'}. {hint}")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn:
+        raise LaunchError(f"launch() cannot import {module}.{qualname} as the same function "
+                          f"(was it redefined after import?). {hint}")
+
+
+def _check_args(nprocs: Any, backend: str | None, timeout: float) -> None:
+    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
+        raise LaunchError(f"nprocs must be an integer >= 1, got {nprocs!r}.")
+    if not timeout or timeout <= 0:
+        raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}.")
+    if backend not in (None, "gloo", "nccl"):
+        raise LaunchError(f"backend must be 'gloo', 'nccl' or None (pick for me), got {backend!r}.")
+    if backend == "nccl" and (not dist.is_nccl_available() or torch.cuda.device_count() < nprocs):
+        raise LaunchError(f"backend='nccl' needs {nprocs} GPUs; this machine has "
+                          f"{torch.cuda.device_count()}. Use backend=None to get gloo on the CPU.")
+    if backend == "gloo" and not dist.is_gloo_available():
+        raise LaunchError("this torch build has no gloo backend; use backend=None.")
+
+
+def _forkserver_pid() -> int:
+    """Start the forkserver (torch preloaded) once per kernel; every worker forks from it."""
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    forkserver.ensure_running()
+    return forkserver._forkserver._forkserver_pid  # stable since Python 3.4; no public accessor
+
+
+def worker_processes() -> list[psutil.Process]:
+    """The live workers of this kernel: the forkserver's descendants."""
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return []
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _kill_workers() -> None:
+    procs = worker_processes()
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    except ValueError:
+        return f"exit code {code}"
+
+
+def _root_cause(run_dir: Path, failure: BaseException) -> Exception:
+    """The first rank that failed, with its own traceback; later failures are usually echoes."""
+    errors = [json.loads(p.read_text()) for p in run_dir.glob("error*.json")]
+    if errors:
+        e = min(errors, key=lambda e: e["time"])
+        return RankError(e["rank"], e["type"], e["message"], e["traceback"])
+    if isinstance(failure, ChildFailedError) and failure.failures:
+        rank, f = min(failure.failures.items(), key=lambda kv: kv[1].timestamp)
+        return RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}", "")
+    return RuntimeError(f"the elastic launcher failed: {type(failure).__name__}: {failure}")
+
+
+def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_TIMEOUT,
+           backend: str | None = None, show: int | str | list[int] | None = 0,
+           on_progress: Callable[[dict], None] | None = None, threads: int | None = None,
+           **kwargs: Any) -> list[Any]:
+    """Run ``fn(*args, **kwargs)`` in ``nprocs`` processes; return their results, rank 0 first.
+
+    Each rank sees torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT), so ``helpers.dist.setup()`` or a plain
+    ``init_process_group()`` joins the job.
+
+    show:        ranks whose output is streamed into the cell: a rank, a list, "all" or None.
+    backend:     None picks NCCL when every rank can own a GPU, else gloo.
+    threads:     torch threads per rank; default: this machine's cores // nprocs.
+    timeout:     seconds before the ranks are killed and LaunchTimeout is raised.
+    on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
+    """
+    _check_args(nprocs, backend, timeout)
+    _check_importable(fn)
+    try:
+        pickle.dumps((args, kwargs))
+    except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing here
+        raise LaunchError(f"the arguments cannot be sent to other processes: {e}") from None
+    shown = set(range(nprocs)) if show == "all" else set() if show is None else \
+        {show} if isinstance(show, int) else set(show)
+
+    run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
+    env = {"HELPERS_TIMEOUT": str(timeout), "GLOO_SOCKET_IFNAME": "lo"}
+    if backend:
+        env["HELPERS_BACKEND"] = backend
+    if threads:
+        env["HELPERS_THREADS"] = str(threads)
+    spec = _RankSpec(fn, args, kwargs, str(run_dir), env)
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
+        max_restarts=0, monitor_interval=0.02, start_method="forkserver",
+        logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "elastic")), shutdown_timeout=5,
+    )
+    outcome: dict[str, Any] = {}
+
+    def agent() -> None:
+        try:
+            outcome["results"] = elastic_launch(config, _rank_entry)(spec)
+        except BaseException as e:  # noqa: BLE001 - handed to the cell's thread
+            outcome["error"] = e
+
+    # The launcher's own logs (warnings about signal handlers, SIGTERMs) would bury the cell.
+    loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    tail = LogTail(run_dir, shown)
+    bar = progress_display(on_progress)
+    thread = threading.Thread(target=agent, name="elastic-agent", daemon=True)
+    try:
+        _forkserver_pid()
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while thread.is_alive():
+            thread.join(0.05)
+            tail.poll()
+            bar.poll(run_dir / "progress.jsonl")
+            if time.monotonic() > deadline:
+                _kill_workers()
+                thread.join(10)
+                tail.poll()
+                raise LaunchTimeout(
+                    f"launch timed out after {timeout:g} s and its ranks were killed. A rank stuck "
+                    f"in a collective waits for peers that never come. {tail.last_lines()} "
+                    f"Pass a larger timeout= if the job is only slow.")
+        tail.poll()
+        bar.poll(run_dir / "progress.jsonl")
+        if "error" in outcome:
+            raise _root_cause(run_dir, outcome["error"]) from None
+        results = outcome["results"]
+        return [results[r] for r in range(nprocs)]
+    except KeyboardInterrupt:
+        _kill_workers()
+        thread.join(10)
+        raise
+    finally:
+        _kill_workers()
+        bar.close()
+        tail.close()
+        for lg, lvl in zip(loggers, levels):
+            lg.setLevel(lvl)
+        shutil.rmtree(run_dir, ignore_errors=True)

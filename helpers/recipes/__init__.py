@@ -1,0 +1,1 @@
+"""One module per workload a chapter runs. Each recipe takes keyword arguments and returns a dict."""

@@ -1,0 +1,50 @@
+"""Tiny jobs that exercise the launcher itself: the tests and bench/launch.py use them."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from helpers.dist import distributed, report
+
+
+def allreduce_rank() -> dict:
+    """Init the process group, all_reduce each rank's id, return what every rank saw."""
+    with distributed() as ctx:
+        t = torch.tensor([float(ctx.rank)])
+        dist.all_reduce(t)
+        return {"rank": ctx.rank, "world_size": ctx.world_size, "sum": t.item(),
+                "threads": torch.get_num_threads(), "backend": ctx.backend, "pid": os.getpid()}
+
+
+def fail_on(rank: int, message: str = "boom") -> dict:
+    with distributed() as ctx:
+        print(f"rank {ctx.rank} starting", flush=True)
+        if ctx.rank == rank:
+            raise ValueError(message)
+        dist.barrier()
+        return {"rank": ctx.rank}
+
+
+def hang_in_collective(rank: int = 1) -> None:
+    """Every rank but ``rank`` enters a barrier that ``rank`` never joins."""
+    with distributed() as ctx:
+        print("entering barrier" if ctx.rank != rank else "sleeping instead", flush=True)
+        if ctx.rank == rank:
+            time.sleep(3600)
+        dist.barrier()
+
+
+def count(steps: int = 20, delay: float = 0.01) -> dict:
+    """Reports progress for ``steps`` steps and prints a line on each rank."""
+    with distributed() as ctx:
+        for step in range(1, steps + 1):
+            time.sleep(delay)
+            report(step, steps, value=step * 0.5)
+        print(f"done on rank {ctx.rank}", flush=True)
+        return {"rank": ctx.rank, "steps": steps}
+
+
+def return_tensor(n: int = 4) -> dict:
+    with distributed() as ctx:
+        return {"rank": ctx.rank, "tensor": torch.arange(n) * (ctx.rank + 1)}
