@@ -1,0 +1,83 @@
+"""pytest plugin: hand the notebooks nbval just executed to the book build, so CI runs each once.
+
+``pytest -p book_cache --nbval-lax notebooks`` records every cell's outputs as
+nbval runs it, and at the end stores each fully passed notebook in Jupyter
+Book's execution cache (``_build/.jupyter_cache``). ``jupyter-book build`` with
+``execute_notebooks: cache`` then renders those outputs instead of running the
+notebook a second time. A notebook whose code changed misses the cache and is
+executed by the build as usual.
+
+nbval drops ``update_display_data`` messages (the launcher's progress bar
+updates in place); this plugin keeps the last update of each display, so the
+book shows the bar's final state, as a live run would.
+"""
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbval.plugin import IPyNbCell, IPyNbFile
+
+CACHE = Path(__file__).resolve().parent.parent / "_build" / ".jupyter_cache"
+_updates: dict[str, dict] = {}
+_cells: dict[Path, dict[int, list]] = defaultdict(dict)
+_failed: set[Path] = set()
+
+_original_get = IPyNbFile.get_kernel_message
+
+
+def _get_kernel_message(self, timeout=None, stream="iopub"):
+    msg = _original_get(self, timeout=timeout, stream=stream)
+    content = msg.get("content", {})
+    display_id = content.get("transient", {}).get("display_id")
+    if display_id and msg["msg_type"] == "display_data":
+        content.setdefault("metadata", {})["book_cache_display_id"] = display_id
+    elif display_id and msg["msg_type"] == "update_display_data":
+        _updates[display_id] = content["data"]
+        msg["msg_type"] = "comm_book_cache"  # nbval skips comm messages quietly
+    return msg
+
+
+IPyNbFile.get_kernel_message = _get_kernel_message
+
+
+def _final(outputs: list) -> list:
+    outs = copy.deepcopy(outputs)
+    for out in outs:
+        display_id = out.get("metadata", {}).pop("book_cache_display_id", None)
+        if display_id in _updates:
+            out["data"] = copy.deepcopy(_updates[display_id])
+    return outs
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if not isinstance(item, IPyNbCell) or report.when != "call":
+        return
+    path = Path(str(item.parent.fspath))
+    if report.failed:
+        _failed.add(path)
+    elif item.test_outputs is not None:
+        _cells[path][item.cell_num] = _final(item.test_outputs)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _cells:
+        return
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    cache = get_cache(str(CACHE))
+    for path, outputs in _cells.items():
+        nb = nbformat.read(path, as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        if path in _failed or len(outputs) != len(code):
+            continue  # only notebooks that ran clean, every cell
+        for n, cell in enumerate(code):  # nbval numbers the code cells from 0
+            cell.outputs = [nbformat.from_dict(o) for o in outputs[n]]
+            cell.execution_count = n + 1
+        cache.cache_notebook_bundle(CacheBundleIn(nb, str(path)), check_validity=False,
+                                    overwrite=True)

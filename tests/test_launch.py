@@ -1,0 +1,158 @@
+"""helpers.launch: real multi-process runs, failures, timeouts, interrupts and bad input."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import torch
+
+import helpers
+from helpers import LaunchError, LaunchTimeout, RankError, launch
+from helpers.dist import threads_per_rank
+from helpers.recipes import smoke
+
+
+def test_results_come_back_per_rank_rank0_first():
+    results = launch(smoke.allreduce_rank, nprocs=2)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["world_size"] == 2 and r["sum"] == 1.0 and r["backend"] == "gloo" for r in results)
+    assert all(r["threads"] == threads_per_rank(2) for r in results)
+    assert results[0]["pid"] != results[1]["pid"] != os.getpid()
+
+
+def test_more_ranks_than_cores():
+    results = launch(smoke.allreduce_rank, nprocs=3)
+    assert [r["sum"] for r in results] == [3.0] * 3
+
+
+def test_tensors_come_back():
+    results = launch(smoke.return_tensor, nprocs=2, n=3)
+    assert torch.equal(results[1]["tensor"], torch.tensor([0, 2, 4]))
+
+
+def test_exception_names_the_rank_and_carries_its_traceback():
+    with pytest.raises(RankError) as info:
+        launch(smoke.fail_on, 1, nprocs=2, message="bad batch 7")
+    err = info.value
+    assert (err.rank, err.exc_type, err.message) == (1, "ValueError", "bad batch 7")
+    assert "rank 1 raised ValueError: bad batch 7" in str(err)
+    assert "smoke.py" in err.remote_traceback and "fail_on" in err.remote_traceback
+    assert "ChildFailedError" not in str(err)
+
+
+def test_hang_in_collective_times_out_clearly():
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout) as info:
+        launch(smoke.hang_in_collective, nprocs=2, timeout=4)
+    assert time.monotonic() - start < 4 + 15
+    assert "timed out after 4 s" in str(info.value)
+    assert "sleeping instead" in str(info.value)  # where rank 1 got to
+
+
+def test_next_launch_works_after_failure_and_timeout():
+    with pytest.raises(RankError):
+        launch(smoke.fail_on, 0, nprocs=2)
+    with pytest.raises(LaunchTimeout):
+        launch(smoke.hang_in_collective, nprocs=2, timeout=3)
+    assert launch(smoke.allreduce_rank, nprocs=2)[1]["sum"] == 1.0
+
+
+def test_output_streams_tagged_by_rank(capsys):
+    launch(smoke.count, nprocs=2, steps=3)
+    out = capsys.readouterr().out
+    assert "[rank0] done on rank 0" in out and "[rank1]" not in out
+    launch(smoke.count, nprocs=2, steps=3, show="all")
+    out = capsys.readouterr().out
+    assert "[rank0] done on rank 0" in out and "[rank1] done on rank 1" in out
+    launch(smoke.count, nprocs=2, steps=3, show=None)
+    assert "[rank" not in capsys.readouterr().out
+
+
+def test_progress_reaches_the_callback_in_order():
+    seen = []
+    launch(smoke.count, nprocs=2, steps=7, on_progress=seen.append)
+    assert [r["step"] for r in seen] == list(range(1, 8))
+    assert seen[-1]["total"] == 7 and seen[-1]["value"] == 3.5
+
+
+def local_function():
+    return 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"nprocs": 0}, "nprocs must be an integer >= 1"),
+    ({"nprocs": "2"}, "nprocs must be an integer >= 1"),
+    ({"backend": "nccl"}, "needs 2 GPUs"),
+    ({"backend": "mpi"}, "backend must be"),
+    ({"timeout": 0}, "timeout must be a positive"),
+])
+def test_bad_arguments_get_one_clear_line(kwargs, message):
+    if kwargs.get("backend") == "nccl" and torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has the GPUs nccl needs")
+    with pytest.raises(LaunchError, match=message) as info:
+        launch(smoke.allreduce_rank, **kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_function_from_a_notebook_cell_is_refused():
+    def inner():
+        return 1
+    with pytest.raises(LaunchError, match="local scope.*%%torchrun"):
+        launch(inner)
+    notebook_fn = lambda: 1  # noqa: E731
+    notebook_fn.__module__ = "__main__"
+    with pytest.raises(LaunchError, match="defined in the notebook"):
+        launch(notebook_fn)
+
+
+def test_unpicklable_arguments_are_refused():
+    import threading
+    with pytest.raises(LaunchError, match="cannot be sent"):
+        launch(smoke.fail_on, threading.Lock())
+
+
+INTERRUPTED = textwrap.dedent("""
+    import helpers
+    from helpers.recipes import smoke
+    if __name__ == "__main__":
+        helpers.launch(smoke.hang_in_collective, nprocs=2, timeout=300)
+""")
+
+
+def test_sigint_like_the_stop_button_leaves_nothing_behind(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(INTERRUPTED)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    family = []
+    while time.monotonic() < deadline:  # wait for the forkserver and both ranks
+        family = parent.children(recursive=True)
+        if len(family) >= 3:
+            break
+        time.sleep(0.2)
+    assert len(family) >= 3, f"job never started: {family}"
+    time.sleep(1.0)
+    os.kill(proc.pid, signal.SIGINT)  # what the kernel's stop button sends
+    out, _ = proc.communicate(timeout=30)
+    assert "KeyboardInterrupt" in out
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive, f"left behind after SIGINT: {alive}"
+
+
+def test_torchrun_magic_runs_the_cell_in_n_ranks(capsys):
+    from helpers.magic import torchrun
+    torchrun("-n 2 --show all", "import os\nprint('hello from', os.environ['RANK'])\n")
+    out = capsys.readouterr().out
+    assert "[rank0] hello from 0" in out and "[rank1] hello from 1" in out
+    with pytest.raises(ValueError, match="usage: %%torchrun"):
+        torchrun("--bogus", "pass")
+
+
+def test_package_exports():
+    assert helpers.launch is launch
