@@ -39,7 +39,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from .dist import record_failure
+from .dist import DEFAULT_SEED, record_failure, seed_everything, threads_per_rank
 from .live import LogTail, progress_display
 
 DEFAULT_TIMEOUT = 120.0
@@ -94,6 +94,11 @@ def _rank_entry(spec: _RankSpec) -> Any:
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
     os.environ.update(spec.env)
+    # For code that never calls helpers.dist.setup() (a %%torchrun cell, say): same split, same seed.
+    threads = int(os.environ.get("HELPERS_THREADS", 0)) or threads_per_rank(int(os.environ["LOCAL_WORLD_SIZE"]))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    seed_everything(DEFAULT_SEED)
     os.environ["HELPERS_ERROR_FILE"] = os.path.join(spec.run_dir, f"error{rank}.json")
     if rank == 0:
         os.environ["HELPERS_PROGRESS_FILE"] = os.path.join(spec.run_dir, "progress.jsonl")

@@ -67,6 +67,11 @@ class LogTail:
         self.partial.clear()
 
 
+def _metrics(rec: dict) -> dict:
+    """What a record reports besides its position (and the display's own ``_`` fields)."""
+    return {k: v for k, v in rec.items() if k not in ("step", "total") and not k.startswith("_")}
+
+
 class _HtmlBar:
     def __init__(self):
         from IPython.display import HTML, display
@@ -75,7 +80,7 @@ class _HtmlBar:
 
     def update(self, rec: dict, done: bool) -> None:
         step, total = rec["step"], rec["total"] or 1
-        metrics = "  ".join(f"{k} {v:.4g}" for k, v in rec.items() if k not in ("step", "total"))
+        metrics = "  ".join(f"{k} {v:.4g}" for k, v in _metrics(rec).items())
         rate = rec.get("_rate")
         speed = f"  {rate:.1f} steps/s" if rate else ""
         label = html.escape(f"{step}/{total}{speed}  {metrics}")
@@ -92,8 +97,7 @@ class _TqdmBar:
     def update(self, rec: dict, done: bool) -> None:
         self.bar.total = rec["total"]
         self.bar.n = rec["step"]
-        self.bar.set_postfix({k: f"{v:.4g}" for k, v in rec.items()
-                              if k not in ("step", "total", "_rate")}, refresh=True)
+        self.bar.set_postfix({k: f"{v:.4g}" for k, v in _metrics(rec).items()}, refresh=True)
 
     def close(self) -> None:
         self.bar.close()
@@ -108,7 +112,7 @@ class ProgressDisplay:
         self.bar = None
         self.last: dict | None = None
         self.drawn_at = 0.0
-        self.t0 = time.monotonic()
+        self.first: tuple[float, int] | None = None  # (time, step) of the first record seen
 
     def poll(self, path: Path) -> None:
         if not path.exists():
@@ -123,14 +127,17 @@ class ProgressDisplay:
             if self.on_progress:
                 self.on_progress(dict(rec))
             self.last = rec
+            if self.first is None:
+                self.first = (time.monotonic(), rec["step"])
         if self.last and time.monotonic() - self.drawn_at > 0.1:
             self._draw()
 
     def _draw(self) -> None:
         if self.bar is None:
             self.bar = _HtmlBar() if in_notebook() else _TqdmBar()
-        elapsed = time.monotonic() - self.t0
-        rec = dict(self.last, _rate=self.last["step"] / elapsed if elapsed > 0 else 0)
+        t0, step0 = self.first
+        elapsed = time.monotonic() - t0
+        rec = dict(self.last, _rate=(self.last["step"] - step0) / elapsed if elapsed > 0 else 0)
         self.bar.update(rec, done=False)
         self.drawn_at = time.monotonic()
 
