@@ -11,6 +11,12 @@ that engine this module adds what a notebook needs:
 * workers fork from a forkserver that has torch preloaded, so only the first
   launch in a kernel pays torch's import time;
 * whatever happens, no worker outlives the call.
+
+Locality: ranks address each other at 127.0.0.1, gloo is pinned to the loopback
+interface, and each launch has a fresh random run id and an OS-chosen port, so
+two kernels launching at once never collide. One limit is torch's: its TCPStore
+servers listen on every interface (it has no bind-address option), so on an
+exposed machine a firewall, not this module, keeps strangers off those ports.
 """
 from __future__ import annotations
 
