@@ -23,11 +23,14 @@ def scaled(n: int, minimum: int = 1) -> int:
 
 
 def show_source(*objs: Any):
-    """Render the source of functions, classes or modules as a highlighted code block."""
+    """Render the source of functions, classes or modules as highlighted code, each under its file."""
     from IPython.display import Markdown
-    code = "\n\n".join(textwrap.dedent(inspect.getsource(o)).rstrip() for o in objs)
-    where = ", ".join(f"`{inspect.getsourcefile(o).split('/helpers/')[-1]}`" for o in objs[:1])
-    return Markdown(f"From `helpers/{where.strip('`')}`:\n\n```python\n{code}\n```")
+    parts = []
+    for o in objs:
+        where = "helpers/" + inspect.getsourcefile(o).split("/helpers/")[-1]
+        code = textwrap.dedent(inspect.getsource(o)).rstrip()
+        parts.append(f"From `{where}`:\n\n```python\n{code}\n```")
+    return Markdown("\n\n".join(parts))
 
 
 def cpu_flags(wanted: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")) -> dict:
