@@ -1,0 +1,339 @@
+"""Model parallelism (the article's section 3.2): one model's layers on different devices.
+
+Three versions, each a small step from the one before:
+
+* ``ModelParallelModel``: the article's class. Its layers sit on two devices of ONE
+  process (``cuda:0`` and ``cuda:1``); the forward moves the activations across, and
+  autograd moves their gradients back. It needs two GPUs to split anything.
+* ``naive_step``: the same cut across processes, one stage per rank. The forward
+  sends activations to the next rank, the backward sends their gradients back. One
+  stage works while the others wait, so each is busy about 1/p of the time.
+* ``gpipe_step``: the batch cut into m micro-batches, all forwards, then all
+  backwards (GPipe). Stages now work at the same time, and the idle "bubble"
+  shrinks to (p - 1) / (m + p - 1) of the step (``helpers.theory.bubble_fraction``).
+
+Launch from a cell, or under the torchrun CLI::
+
+    helpers.launch(split_step, nprocs=2)
+    helpers.launch(schedule_timeline, nprocs=2, micro_batches=[1, 4])
+    torchrun --nproc-per-node 2 -m helpers.run model_parallel.schedule_timeline
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from helpers import data
+from helpers.dist import distributed, report
+from helpers.models import ThreeLayerMLP, param_bytes
+
+
+class ModelParallelModel(nn.Module):
+    """The article's class (its section 5.3), with its two devices passed in.
+
+    The article hard-codes ``'cuda:0'`` and ``'cuda:1'``. As arguments, several
+    processes can each own a different pair of GPUs, and the class also runs with
+    both devices ``'cpu'``: the same arithmetic, with nothing moved.
+    """
+
+    def __init__(self, dev0: str = "cuda:0", dev1: str = "cuda:1"):
+        super().__init__()
+        self.dev0, self.dev1 = torch.device(dev0), torch.device(dev1)
+        self.layer1 = nn.Linear(784, 256).to(self.dev0)  # first layer on device 0
+        self.layer2 = nn.Linear(256, 128).to(self.dev1)  # second and third on device 1
+        self.layer3 = nn.Linear(128, 10).to(self.dev1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.layer1(x.flatten(1).to(self.dev0)))
+        x = x.to(self.dev1)  # the device boundary; in backward, autograd copies the gradient back
+        x = torch.relu(self.layer2(x))
+        return self.layer3(x)  # on dev1: the target must be there too
+
+
+def first_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``batch_size`` training images and labels: the same batch in every process."""
+    x, y = data.load(train=True).tensors
+    return x[:batch_size], y[:batch_size]
+
+
+def forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
+    """One forward and backward of a whole model in this process: outputs, loss and gradients."""
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    loss = F.cross_entropy(out, y.to(out.device))  # the labels go where the output is
+    loss.backward()
+    return {"out": out.detach().cpu(), "loss": loss.item(),
+            "grads": {n: p.grad.cpu() for n, p in model.named_parameters()},
+            "devices": {n: str(p.device) for n, p in model.named_parameters()}}
+
+
+class Timeline:
+    """One rank's compute spans ``(kind, micro_batch, start, end)`` in seconds.
+
+    ``time.perf_counter`` reads the host's monotonic clock, which every process on
+    the host shares, so spans from different ranks line up on one time axis.
+    """
+
+    def __init__(self):
+        self.spans: list[tuple[str, int, float, float]] = []
+
+    @contextlib.contextmanager
+    def span(self, kind: str, micro_batch: int = 0):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spans.append((kind, micro_batch, start, time.perf_counter()))
+
+
+def _input_width(stage: nn.Module) -> int:
+    """What a stage receives per sample: the input size of its first Linear layer."""
+    return next(m for m in stage.modules() if isinstance(m, nn.Linear)).in_features
+
+
+def naive_step(stage: nn.Module, x: torch.Tensor, y: torch.Tensor, prev_rank: int | None,
+               next_rank: int | None, timeline: Timeline | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One forward and backward of naive model parallelism, as one stage sees it.
+
+    ``prev_rank``/``next_rank`` are the neighbouring stages' ranks (None at the ends).
+    Every stage is handed the batch: the first uses the images, the last the labels,
+    and the others only its size. Returns (this stage's output, the loss on the last
+    stage or None). Gradients are left in the stage's parameters; compute spans go
+    to ``timeline`` if one is given.
+    """
+    timeline = timeline or Timeline()
+    device = next(stage.parameters()).device
+    # Forward: take the images, or wait for the previous stage's activations.
+    if prev_rank is None:
+        inp = x.to(device)
+    else:
+        inp = torch.empty(len(y), _input_width(stage), device=device)
+        dist.recv(inp, src=prev_rank)
+        inp.requires_grad_()  # so backward computes d(loss)/d(inp), which the previous stage needs
+    with timeline.span("F"):
+        out = stage(inp)
+        loss = F.cross_entropy(out, y.to(device)) if next_rank is None else None
+    if next_rank is not None:
+        dist.send(out.detach(), dst=next_rank)
+    # Backward: start from the loss, or wait for the gradient of this stage's output.
+    if next_rank is None:
+        with timeline.span("B"):
+            loss.backward()
+    else:
+        grad = torch.empty_like(out)
+        dist.recv(grad, src=next_rank)
+        with timeline.span("B"):
+            out.backward(grad)
+    if prev_rank is not None:
+        dist.send(inp.grad, dst=prev_rank)
+    return out.detach(), None if loss is None else loss.detach()
+
+
+def gpipe_step(stage: nn.Module, x: torch.Tensor, y: torch.Tensor, prev_rank: int | None,
+               next_rank: int | None, micro_batches: int, timeline: Timeline | None = None):
+    """GPipe: the batch in ``micro_batches`` pieces; every forward, then every backward.
+
+    While stage s computes micro-batch i, stage s+1 computes micro-batch i-1: that
+    overlap is the whole gain. The loss of each micro-batch is weighted by its share
+    of the batch, so the summed gradients equal the whole batch's mean-loss gradient.
+    Sends are non-blocking (``isend``), so a stage moves on to its next micro-batch.
+    (Under DDP, wrap all but the last backward in ``no_sync()``.)
+    """
+    timeline = timeline or Timeline()
+    device = next(stage.parameters()).device
+    first, last = prev_rank is None, next_rank is None
+    ys = y.chunk(micro_batches)
+    xs = x.chunk(micro_batches) if first else [None] * len(ys)
+    inputs, outputs, losses, sends = [], [], [], []
+    for i, (xi, yi) in enumerate(zip(xs, ys)):
+        if first:
+            inp = xi.to(device)
+        else:
+            inp = torch.empty(len(yi), _input_width(stage), device=device)
+            dist.recv(inp, src=prev_rank, tag=i)
+            inp.requires_grad_()
+        with timeline.span("F", i):
+            out = stage(inp)
+            if last:
+                losses.append(F.cross_entropy(out, yi.to(device)) * (len(yi) / len(y)))
+        if not last:
+            sent = out.detach()
+            sends.append((dist.isend(sent, dst=next_rank, tag=i), sent))
+        inputs.append(inp)
+        outputs.append(out)
+    for i in reversed(range(len(ys))):  # backward in reverse: the last forward's activations go first
+        if last:
+            with timeline.span("B", i):
+                losses[i].backward()
+        else:
+            grad = torch.empty_like(outputs[i])
+            dist.recv(grad, src=next_rank, tag=i)
+            with timeline.span("B", i):
+                outputs[i].backward(grad)
+        if not first:
+            sends.append((dist.isend(inputs[i].grad, dst=prev_rank, tag=i), inputs[i].grad))
+    for work, _ in sends:
+        work.wait()
+    return torch.cat(outputs).detach(), sum(losses).detach() if last else None
+
+
+def _neighbours(rank: int, p: int) -> tuple[int | None, int | None]:
+    return (rank - 1 if rank > 0 else None), (rank + 1 if rank < p - 1 else None)
+
+
+def _stage_grads(model: nn.Module) -> dict:
+    """The gradients this rank computed, under the unsplit model's parameter names."""
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def split_step(batch_size: int = 64, micro_batches: tuple[int, ...] | list[int] = (1,),
+               seed: int = 0) -> dict:
+    """The article's model cut in two (``ThreeLayerMLP.stages()``), stage r on rank r: one step.
+
+    For each entry of ``micro_batches`` (1 is naive, more is GPipe) it returns this
+    rank's stage output and gradients under the full model's names, to be compared
+    with the unsplit model's (``forward_backward``).
+    """
+    with distributed(seed) as ctx:
+        if ctx.world_size != 2:
+            raise ValueError(f"the article's model has 2 stages; launch 2 ranks, not {ctx.world_size}")
+        model = ThreeLayerMLP().to(ctx.device)  # the same seed on every rank: the same initial weights
+        stage = model.stages()[ctx.rank]
+        x, y = first_batch(batch_size)
+        prev_rank, next_rank = _neighbours(ctx.rank, 2)
+        runs = {}
+        for m in micro_batches:
+            model.zero_grad(set_to_none=True)
+            if m == 1:
+                out, loss = naive_step(stage, x, y, prev_rank, next_rank)
+            else:
+                out, loss = gpipe_step(stage, x, y, prev_rank, next_rank, m)
+            runs[m] = {"out": out.cpu(), "loss": None if loss is None else loss.item(),
+                       "grads": {n: g.cpu() for n, g in _stage_grads(model).items()}}
+        return {"rank": ctx.rank, "runs": runs, "stage_bytes": param_bytes(stage),
+                "model_bytes": param_bytes(model),
+                # what crosses the boundary each way per step: stage 0's output, then its gradient
+                "boundary_bytes": out.numel() * out.element_size() if ctx.rank == 0 else None}
+
+
+def balanced_mlp(p: int, width: int = 784, layers_per_stage: int = 2) -> nn.Sequential:
+    """An MLP of ``p`` stages with equal work, for timing schedules; ``model[s]`` is stage s.
+
+    The article's model is lopsided (its first stage does about 85% of the arithmetic,
+    see ``linear_macs``), which would hide the schedule behind the imbalance. Here each
+    stage is ``layers_per_stage`` Linear(width, width) layers; width 784 takes the
+    image's pixels directly, and the last stage adds a small 10-way head.
+    """
+    stages = []
+    for s in range(p):
+        layers: list[nn.Module] = [nn.Flatten(1)] if s == 0 else []
+        for i in range(layers_per_stage):
+            layers += [nn.Linear(784 if s == i == 0 else width, width), nn.ReLU()]
+        if s == p - 1:
+            layers.append(nn.Linear(width, 10))
+        stages.append(nn.Sequential(*layers))
+    return nn.Sequential(*stages)
+
+
+def linear_macs(module: nn.Module) -> int:
+    """Multiply-adds per sample in a module's Linear layers: the work of an MLP stage."""
+    return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def _paired_times(model: nn.Module, stage: nn.Module, x, y, prev_rank, next_rank, rank: int,
+                  steps: int) -> tuple[float, float] | None:
+    """Median seconds of a naive step and of the unsplit model's step, taken in turns.
+
+    Alternating the two, rather than timing one after the other, lets both see the
+    same load on a shared machine. Rank 0 runs the unsplit model while the other
+    ranks wait in a barrier, which costs no CPU (gloo blocks, it does not spin).
+    """
+    naive, unsplit = [], []
+    for _ in range(steps):
+        dist.barrier()
+        start = time.perf_counter()
+        naive_step(stage, x, y, prev_rank, next_rank)
+        dist.barrier()  # the step ends when the last stage is done
+        naive.append(time.perf_counter() - start)
+        stage.zero_grad(set_to_none=True)
+        if rank == 0:
+            start = time.perf_counter()
+            forward_backward(model, x, y)
+            unsplit.append(time.perf_counter() - start)
+    return (_median(naive), _median(unsplit)) if rank == 0 else None
+
+
+def schedule_timeline(micro_batches: tuple[int, ...] | list[int] = (1,), steps: int = 4,
+                      warmup: int = 1, batch_size: int = 1024, width: int = 784,
+                      layers_per_stage: int = 2, seed: int = 0) -> dict:
+    """Time the schedules on ``balanced_mlp``, one stage per rank; return each rank's spans.
+
+    ``micro_batches=1`` is naive model parallelism (``naive_step``); more is GPipe.
+    Only the schedule is measured: there is no optimizer step, since it would run on
+    every stage at once and change nothing about who waits for whom. At the end, naive
+    steps and steps of the whole model unsplit on rank 0 (same threads) are timed in turns.
+    """
+    with distributed(seed) as ctx:
+        p = ctx.world_size
+        model = balanced_mlp(p, width, layers_per_stage).to(ctx.device)
+        stage = model[ctx.rank]
+        x, y = first_batch(batch_size)
+        prev_rank, next_rank = _neighbours(ctx.rank, p)
+        runs, done, total = {}, 0, len(micro_batches) * (warmup + steps)
+        for m in micro_batches:
+            timeline = Timeline()
+            for step in range(warmup + steps):
+                if step == warmup:
+                    dist.barrier()  # the measured steps start together
+                    timeline = Timeline()  # and keep no warm-up spans
+                if m == 1:
+                    naive_step(stage, x, y, prev_rank, next_rank, timeline)
+                else:
+                    gpipe_step(stage, x, y, prev_rank, next_rank, m, timeline)
+                stage.zero_grad(set_to_none=True)
+                done += 1
+                report(done, total, micro_batches=m)
+            runs[m] = timeline.spans
+        paired = _paired_times(model, stage, x, y, prev_rank, next_rank, ctx.rank, steps)
+        return {"rank": ctx.rank, "p": p, "steps": steps, "runs": runs,
+                "naive_vs_unsplit_s": paired,  # (naive step, unsplit step), rank 0 only
+                "threads": torch.get_num_threads(), "stage_macs": linear_macs(stage),
+                "stage_bytes": param_bytes(stage), "model_bytes": param_bytes(model)}
+
+
+def window(stage_spans: list[list[tuple]]) -> tuple[float, float]:
+    """The common time window of a schedule: first span's start to last span's end, over all stages."""
+    return (min(s[2] for spans in stage_spans for s in spans),
+            max(s[3] for spans in stage_spans for s in spans))
+
+
+def utilization(stage_spans: list[list[tuple]]) -> list[float]:
+    """Each stage's busy fraction of the common window."""
+    start, end = window(stage_spans)
+    return [sum(s[3] - s[2] for s in spans) / (end - start) for spans in stage_spans]
+
+
+def overlap_seconds(a: list[tuple], b: list[tuple]) -> float:
+    """How long two stages computed at the same moment (0 in naive model parallelism)."""
+    return sum(max(0.0, min(x[3], y[3]) - max(x[2], y[2])) for x in a for y in b)
+
+
+def summarize(ranks: list[dict]) -> dict:
+    """Per schedule: utilization of each stage, step time, and the stages' overlap."""
+    out = {}
+    for m in ranks[0]["runs"]:
+        spans = [r["runs"][m] for r in ranks]
+        start, end = window(spans)
+        out[m] = {"utilization": utilization(spans), "step_s": (end - start) / ranks[0]["steps"],
+                  "overlap_s": sum(overlap_seconds(spans[i], spans[i + 1]) for i in range(len(spans) - 1))}
+    return out
