@@ -76,17 +76,34 @@ def _mnist(train: bool) -> TensorDataset:
     return TensorDataset(_normalize(x), ds.targets.clone())
 
 
-def _digits(train: bool, test_fraction: float = 0.2) -> TensorDataset:
+def _digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+    """All 1,797 digits at 28x28 in [0, 1], built once and kept in DATA_DIR.
+
+    The file spares every rank of every launch scikit-learn's import (about a second of CPU).
+    """
+    cached = DATA_DIR / "sklearn-digits-28x28.pt"
+    if cached.exists():
+        blob = torch.load(cached, weights_only=True)
+        return blob["x"], blob["y"]
     from sklearn.datasets import load_digits
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
     # MNIST centres a 20x20 digit in a 28x28 frame; do the same.
     x = F.pad(F.interpolate(x, size=(20, 20), mode="bilinear", align_corners=False), (4, 4, 4, 4))
-    y = torch.tensor(d.target, dtype=torch.long)
+    x, y = x.clamp(0, 1), torch.tensor(d.target, dtype=torch.long)
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f"{cached.name}.{os.getpid()}.tmp")  # ranks may race: each writes its own
+    torch.save({"x": x, "y": y}, tmp)
+    os.replace(tmp, cached)
+    return x, y
+
+
+def _digits(train: bool, test_fraction: float = 0.2) -> TensorDataset:
+    x, y = _digits_tensors()
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     n_test = int(len(y) * test_fraction)
     idx = order[n_test:] if train else order[:n_test]
-    return TensorDataset(_normalize(x[idx].clamp(0, 1)), y[idx])
+    return TensorDataset(_normalize(x[idx]), y[idx])
 
 
 def load(train: bool = True) -> TensorDataset:

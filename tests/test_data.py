@@ -24,3 +24,11 @@ def test_images_are_real_digits_not_noise():
     centroids = torch.stack([xtr[ytr == c].flatten(1).mean(0) for c in range(10)])
     pred = torch.cdist(xte.flatten(1), centroids).argmin(1)
     assert (pred == yte).float().mean() > 0.8
+
+
+def test_cached_digits_equal_freshly_built(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "DATA_DIR", tmp_path)
+    fresh = data._digits_tensors()
+    assert (tmp_path / "sklearn-digits-28x28.pt").exists()
+    cached = data._digits_tensors()
+    assert all(torch.equal(a, b) for a, b in zip(fresh, cached))
