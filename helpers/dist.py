@@ -72,8 +72,6 @@ def setup(seed: int = DEFAULT_SEED) -> Context:
     # LOCAL_RANK, not RANK, indexes this host's GPUs: on the second node RANK is 8..15.
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29500")
 
     backend = os.environ.get("HELPERS_BACKEND") or pick_backend(local_world_size)
     threads = int(os.environ.get("HELPERS_THREADS", 0)) or threads_per_rank(local_world_size)
@@ -87,10 +85,31 @@ def setup(seed: int = DEFAULT_SEED) -> Context:
 
     if not dist.is_initialized():
         timeout = timedelta(seconds=float(os.environ.get("HELPERS_TIMEOUT", 600)))
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout,
+        dist.init_process_group(backend, store=_fresh_store(rank, world_size, timeout),
+                                rank=rank, world_size=world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None)
     seed_everything(seed)
     return Context(rank, local_rank, world_size, backend, device)
+
+
+_groups_made = 0
+
+
+def _fresh_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
+    """The rendezvous store, under a prefix that is new for each group this process makes.
+
+    A second group reusing the first one's keys would hang; with a prefix, a rank can
+    set up, tear down and set up again (two recipes in one job). A plain process with
+    no torchrun environment gets an in-memory store: a group of one needs no network.
+    """
+    global _groups_made
+    _groups_made += 1
+    if "WORLD_SIZE" not in os.environ:
+        base = dist.HashStore()
+    else:
+        from torch.distributed.rendezvous import rendezvous
+        base, _, _ = next(rendezvous("env://", rank, world_size, timeout=timeout))
+    return dist.PrefixStore(f"helpers-group-{_groups_made}", base)
 
 
 def teardown() -> None:

@@ -156,3 +156,12 @@ def test_torchrun_magic_runs_the_cell_in_n_ranks(capsys):
 
 def test_package_exports():
     assert helpers.launch is launch
+
+
+def test_a_rank_can_set_up_a_second_group_after_the_first():
+    results = launch(smoke.two_groups_in_a_row, nprocs=2, timeout=60)
+    assert [r["sums"] for r in results] == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_a_plain_process_is_a_group_of_one_without_network():
+    assert smoke.two_groups_in_a_row()["sums"] == [1.0, 1.0]

@@ -48,3 +48,14 @@ def count(steps: int = 20, delay: float = 0.01) -> dict:
 def return_tensor(n: int = 4) -> dict:
     with distributed() as ctx:
         return {"rank": ctx.rank, "tensor": torch.arange(n) * (ctx.rank + 1)}
+
+
+def two_groups_in_a_row() -> dict:
+    """Set up, tear down and set up again in one rank, as two recipes called in turn would."""
+    sums = []
+    for _ in range(2):
+        with distributed() as ctx:
+            t = torch.tensor([1.0])
+            dist.all_reduce(t)
+            sums.append(t.item())
+    return {"rank": ctx.rank, "sums": sums}
