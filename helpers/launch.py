@@ -50,7 +50,8 @@ from .live import LogTail, progress_display
 
 DEFAULT_TIMEOUT = 120.0
 # Third-party modules only: the reader may edit helpers/, and a preloaded copy would go stale.
-PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.elastic", "numpy"]
+PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.elastic", "numpy",
+           "torch.optim", "torch._dynamo"]  # DDP and the optimizers import dynamo: ~1 s a rank
 
 
 class LaunchError(RuntimeError):
