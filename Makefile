@@ -35,6 +35,8 @@ lab: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/launch.py
+	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/communication.py
 
 clean:
 	rm -rf _build

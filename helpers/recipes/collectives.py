@@ -1,0 +1,117 @@
+"""Chapter 4.2's measurements: how long one all_reduce takes, by message size, and the copy ceiling.
+
+Timed the way nccl-tests times collectives: warm up, line the ranks up with a
+barrier, time the call, repeat, and keep the median. The sizes are taken in
+turn, round after round, so a slow spell of a shared machine hits them alike.
+A collective is done when its slowest rank is done, so each repetition's time
+is the maximum over ranks.
+The same run also measures how fast one core copies memory, the physical
+ceiling for any transfer between processes on one host::
+
+    helpers.launch(allreduce_sweep, nprocs=2, sizes=[4096, 2**20])      # in a notebook
+    torchrun --nproc-per-node 8 -m helpers.run collectives.allreduce_sweep  # a GPU node: NCCL
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from helpers.dist import distributed, report
+
+KB, MB = 1024, 1024 ** 2
+SIZES = [4 * KB * 4 ** i for i in range(8)]  # 4 KB, 16 KB, ... 64 MB
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def repeats_for(size: int, budget_bytes: int = 1024 * MB, least: int = 7, most: int = 100) -> int:
+    """Many repetitions of small messages (cheap, noisy), fewer of large ones (costly, steady)."""
+    return max(least, min(most, budget_bytes // max(size, 1)))
+
+
+def time_allreduce(tensor: torch.Tensor) -> float:
+    """Seconds for one ``all_reduce(tensor)`` on this rank, started right after a barrier.
+
+    One call per repetition, not an average of many: a rare stall (a rank's thread
+    waiting for a core) then spoils one repetition, which the median drops, instead
+    of inflating every average it falls into.
+    """
+    dist.barrier()
+    start = time.perf_counter()
+    dist.all_reduce(tensor)
+    _sync(tensor.device)
+    return time.perf_counter() - start
+
+
+def spread_rounds(n: int, rounds: int) -> set[int]:
+    """The ``n`` rounds, out of ``rounds``, in which a size is timed: spread evenly, not bunched."""
+    return {k * rounds // n for k in range(n)}
+
+
+def copy_bandwidth(nbytes: int = 64 * MB, repeats: int = 7, device: torch.device | None = None) -> float:
+    """Bytes per second that ``dst.copy_(src)`` moves on one core: the memory-copy ceiling of this host.
+
+    Counted as nccl-tests and STREAM's "copy" count it: the bytes of the message, not read + write.
+    """
+    device = device or torch.device("cpu")
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # touch every page once, so page faults are not timed
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return nbytes / statistics.median(times)
+
+
+def allreduce_sweep(sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repeats: int = 7,
+                    max_repeats: int = 100, warmup: int = 3, copy_bytes: int = 64 * MB) -> dict:
+    """Median all_reduce time for each message size (bytes of float32), over all ranks' slowest.
+
+    Each size is timed ``repeats_for(size, budget_bytes, min_repeats, max_repeats)`` times,
+    the sizes taken in turn. Returns ``sizes``, ``seconds`` (median of the per-repetition maximum over ranks),
+    ``spread`` (the interquartile range, same units), and ``copy_bw`` (bytes/s, one core,
+    measured by rank 0 while the others wait).
+    """
+    with distributed() as ctx:
+        tensors = [torch.ones(size // 4, device=ctx.device) for size in sizes]
+        reps = [repeats_for(size, budget_bytes, min_repeats, max_repeats) for size in sizes]
+        for t in tensors:
+            for _ in range(warmup):  # the first calls set up gloo's buffers / NCCL's channels
+                dist.all_reduce(t)
+        # Round-robin over the sizes, so that a slow spell of the machine lands on all of them
+        # instead of on whichever size was being timed at that moment. Each round goes from
+        # small to large after a few untimed small calls: a small message timed right after a
+        # 64 MB one would pay for the large one's aftermath (freed buffers, cold caches).
+        rounds = max(reps)
+        when = [spread_rounds(n, rounds) for n in reps]
+        mine = [[] for _ in sizes]
+        for r in range(rounds):
+            for _ in range(warmup):
+                dist.all_reduce(tensors[0])
+            for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
+                if r in when[i]:
+                    mine[i].append(time_allreduce(tensors[i]))
+            report(r + 1, rounds)
+        seconds, spread = [], []
+        for times in mine:
+            slowest = torch.tensor(times, dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
+            q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+            seconds.append(med.item())
+            spread.append((q3 - q1).item())
+        del tensors
+        copy_bw = copy_bandwidth(copy_bytes, device=ctx.device) if ctx.is_main else float("nan")
+        dist.barrier()
+        return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
+                "threads": torch.get_num_threads(), "sizes": list(sizes), "seconds": seconds,
+                "spread": spread, "repeats": reps, "copy_bw": copy_bw}

@@ -1,0 +1,195 @@
+"""Chapter 4.1's workload: DDP training of the article's model, timed phase by phase inside every rank.
+
+Strong scaling keeps the global batch G fixed and splits it over p ranks
+(per-rank batch G/p); weak scaling keeps the per-rank batch b fixed (global
+batch p*b). ``scaling_sweep`` runs every p in one job, interleaved, so that
+both can be read off one grid of (p, G). Threads per rank are fixed by the
+caller (``launch(..., threads=1)``): if one rank got two cores and two ranks
+one each, a speedup would measure the thread split, not the parallelism::
+
+    helpers.launch(scaling_sweep, nprocs=4, threads=1, ps=[1, 2, 4], global_batches=[640],
+                   per_rank_batches=[320])
+    torchrun --standalone --nproc-per-node 8 -m helpers.run scaling.scaling_sweep \\
+             --ps "[1, 2, 4, 8]" --global-batches "[640, 1280]"
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from helpers import data
+from helpers.dist import distributed, report
+from helpers.models import SimpleModel, WideMLP, param_bytes
+
+PHASES = ("data", "forward", "backward", "comm", "optimizer")
+
+
+class PhaseClock:
+    """Splits each step's wall time into named phases; on a GPU it waits for the device first."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.step = dict.fromkeys(PHASES, 0.0)
+        self._last = time.perf_counter()
+
+    def start(self) -> None:
+        self.step = dict.fromkeys(PHASES, 0.0)
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        """Charge the time since the previous lap to ``phase``."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # else we would time kernel launches, not kernels
+        now = time.perf_counter()
+        self.step[phase] += now - self._last
+        self._last = now
+
+
+def timed_allreduce_hook(state, bucket):  # unannotated: DDP checks annotations, and this module's are strings
+    """DDP's default gradient averaging, made blocking so that its time is this rank's to measure.
+
+    ``state`` is (PhaseClock, process group). DDP normally launches each bucket's
+    all_reduce asynchronously and overlaps it with the rest of backward; this hook
+    waits for it instead, and charges the wait to ``comm`` rather than ``backward``.
+    """
+    clock, group = state
+    buf = bucket.buffer()
+    clock.lap("backward")  # backward up to this bucket
+    buf.div_(dist.get_world_size(group))
+    dist.all_reduce(buf, group=group)
+    clock.lap("comm")
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+def build_model(name: str) -> nn.Module:
+    """'simple': the article's SimpleModel (0.8 MB of gradients); 'wide': WideMLP(1024, 4) (12 MB)."""
+    return SimpleModel() if name == "simple" else WideMLP(width=1024, depth=4)
+
+
+class Trainer:
+    """DDP training of one workload on one process group, run block by block and timed by phase.
+
+    overlap=False times the all_reduce separately (``timed_allreduce_hook``);
+    overlap=True leaves DDP's asynchronous all_reduce alone, so ``comm`` reads 0
+    and whatever communication is not hidden shows up in ``backward``.
+    """
+
+    def __init__(self, per_rank_batch: int, dataset, group=None, model: str = "simple",
+                 overlap: bool = False, lr: float = 0.05, seed: int = 0):
+        self.device = torch.device("cuda", torch.cuda.current_device()) \
+            if dist.get_backend(group) == "nccl" else torch.device("cpu")
+        torch.manual_seed(seed)
+        self.net = build_model(model).to(self.device)
+        self.ddp = DDP(self.net, process_group=group,
+                       device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.clock = PhaseClock(self.device)
+        if not overlap:
+            self.ddp.register_comm_hook((self.clock, group), timed_allreduce_hook)
+        self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=lr)
+        # The article's input pipeline: a DataLoader over a DistributedSampler, cycled over epochs.
+        self.sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(group),
+                                          rank=dist.get_rank(group), seed=seed, drop_last=True)
+        self.loader = DataLoader(dataset, batch_size=per_rank_batch, sampler=self.sampler, drop_last=True)
+        if len(self.loader) == 0:
+            raise ValueError(f"per-rank batch {per_rank_batch} exceeds this rank's {len(self.sampler)} samples")
+        self.per_rank_batch, self.epoch, self.batches = per_rank_batch, 0, iter(self.loader)
+        self.criterion = nn.CrossEntropyLoss()
+
+    def _next_batch(self):
+        try:
+            return next(self.batches)
+        except StopIteration:
+            self.epoch += 1
+            self.sampler.set_epoch(self.epoch)
+            self.batches = iter(self.loader)
+            return next(self.batches)
+
+    def run(self, steps: int) -> list[dict]:
+        """``steps`` training steps; each step's seconds by phase."""
+        rows, clock = [], self.clock
+        for _ in range(steps):
+            clock.start()
+            x, y = self._next_batch()
+            x, y = x.to(self.device), y.to(self.device)
+            clock.lap("data")
+            loss = self.criterion(self.ddp(x), y)
+            clock.lap("forward")
+            loss.backward()  # the hook, if registered, laps 'backward' and 'comm' inside
+            clock.lap("backward")
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            clock.lap("optimizer")
+            rows.append(clock.step)
+        self.loss = loss.item()
+        return rows
+
+    def facts(self) -> dict:
+        """What the predictions need: gradient bytes, parameters, and how many all_reduces DDP issues."""
+        logged = self.ddp._get_ddp_logging_data()  # private, so read defensively
+        return {"grad_bytes": param_bytes(self.net), "n_params": sum(q.numel() for q in self.net.parameters()),
+                "buckets": int(logged.get("num_buckets_reduced", 0)), "per_rank_batch": self.per_rank_batch}
+
+
+def medians(rows: list[dict]) -> dict:
+    """The median of each phase, and of the whole step, over steps (seconds)."""
+    out = {phase: statistics.median(r[phase] for r in rows) for phase in PHASES}
+    out["step"] = statistics.median(sum(r.values()) for r in rows)
+    return out
+
+
+def timed_training(configs: list[dict], steps: int = 30, warmup: int = 5, dataset=None) -> dict:
+    """All ranks, one workload after another: a ``Trainer(**config)`` each, timed over ``steps``.
+
+    A config sets ``per_rank_batch`` and optionally ``model`` and ``overlap``.
+    ``dataset`` (a TensorDataset) spares every rank from loading the data itself.
+    """
+    with distributed() as ctx:
+        dataset = dataset if dataset is not None else data.load(train=True)
+        runs = []
+        for i, config in enumerate(configs):
+            trainer = Trainer(dataset=dataset, **config)
+            trainer.run(warmup)  # the first steps allocate buffers and warm caches
+            runs.append({**config, **medians(trainer.run(steps)), **trainer.facts()})
+            report(i + 1, len(configs), step_ms=runs[-1]["step"] * 1e3)
+        return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
+                "threads": torch.get_num_threads(), "runs": runs}
+
+
+def scaling_sweep(ps: list[int], global_batches: list[int], per_rank_batches: list[int] = (),
+                  rounds: int = 5, steps: int = 10, warmup: int = 5, model: str = "simple", dataset=None) -> dict:
+    """Strong and weak scaling at every p in ``ps``, all in one job of max(ps) ranks.
+
+    Strong: each global batch G, split as G/p per rank. Weak: each per-rank batch b,
+    at every p. For each p, DDP runs on ranks 0..p-1 (a subgroup) while the other
+    ranks wait in a barrier, using no CPU. The rounds take every p in turn for
+    ``steps`` steps, so a busy moment on the machine hits all p alike; each
+    (round, p, per-rank batch) block gives one median. Rank 0 takes part in every block.
+    """
+    with distributed() as ctx:
+        dataset = dataset if dataset is not None else data.load(train=True)
+        groups = {p: dist.new_group(list(range(p))) for p in ps}  # every rank creates every group
+        work = {p: sorted({G // p for G in global_batches} | set(per_rank_batches)) for p in ps}
+        trainers = {(p, b): Trainer(b, dataset, groups[p], model) for p in ps for b in work[p] if ctx.rank < p}
+        for t in trainers.values():
+            t.run(warmup)
+        dist.barrier()
+        runs, start = [], time.perf_counter()
+        for r in range(rounds):
+            for p in ps:
+                if ctx.rank < p:
+                    for b in work[p]:
+                        runs.append({"round": r, "p": p, "G": b * p, "per_rank_batch": b,
+                                     **medians(trainers[(p, b)].run(steps))})
+                dist.barrier()  # ranks >= p wait here while the first p train
+            report(r + 1, rounds)
+        return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
+                "threads": torch.get_num_threads(), "runs": runs, "loop_seconds": time.perf_counter() - start,
+                "facts": next(iter(trainers.values())).facts() if ctx.rank == 0 else None}
