@@ -90,10 +90,26 @@ class _RankSpec:
     kwargs: dict
     run_dir: str
     env: dict = field(default_factory=dict)
+    launcher_pid: int = field(default_factory=os.getpid)
+
+
+def _exit_when_gone(launcher_pid: int) -> None:
+    """End this rank if the launching process dies without cleaning up (a killed kernel).
+
+    Workers are children of the forkserver, not of the kernel, so nothing else tells them:
+    a finished rank would wait forever for the agent that should collect its result.
+    """
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(launcher_pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
 
 
 def _rank_entry(spec: _RankSpec) -> Any:
     """The function the elastic agent starts in every worker: wraps the user's ``fn``."""
+    threading.Thread(target=_exit_when_gone, args=(spec.launcher_pid,), daemon=True).start()
     rank = int(os.environ["RANK"])
     log = os.open(os.path.join(spec.run_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)

@@ -1,11 +1,15 @@
 """Figures for the chapters. Each returns a matplotlib Figure and never calls ``plt.show``."""
 from __future__ import annotations
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg") if matplotlib.get_backend().lower() == "agg" else None
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def _finish(fig):
+    """Lay the figure out and detach it from pyplot: the cell displays the returned figure once."""
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
 
 
 def loss_curves(curves: dict[str, list[float]], title: str = "Training loss", xlabel: str = "step"):
@@ -16,9 +20,7 @@ def loss_curves(curves: dict[str, list[float]], title: str = "Training loss", xl
     ax.set(xlabel=xlabel, ylabel="loss", title=title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def digits_grid(images, labels, n: int = 16):
@@ -63,9 +65,7 @@ def memory_bars(layouts: dict[str, dict[str, float]], device_bytes: float | None
     ax.set(xlabel=f"{name} per device", title=title)
     ax.legend(handles, kinds, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def dp_timeline(variants: dict[str, list[dict]]):
@@ -121,9 +121,7 @@ def same_curves(curves: dict[str, list[float]], title: str = "", ylabel: str = "
     ax.set(xlabel="step", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def bucket_sweep(labels: list[str], step_ms: list[float], buckets: list[int], hidden: list[float],
@@ -141,9 +139,7 @@ def bucket_sweep(labels: list[str], step_ms: list[float], buckets: list[int], hi
     ax.set_ylim(0, max(step_ms + list(references.values())) * 1.3)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 # --- Pipeline / model parallel (chapters 3.2, 5.3) --------------------------------------
@@ -176,9 +172,7 @@ def pipeline_timeline(runs: dict[str, list[list[tuple]]], max_ms: float | None =
     if max_ms:
         axes[-1, 0].set_xlim(0, max_ms)
     axes[-1, 0].set_xlabel("time (ms); bars: forward (blue) and backward (orange), gaps: idle")
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def bubble_vs_micro_batches(p: int, micro_batches, measured, theory_fn):
@@ -195,9 +189,7 @@ def bubble_vs_micro_batches(p: int, micro_batches, measured, theory_fn):
     ax.minorticks_off()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 # --- Mixed precision (chapters 3.3, 5.2) -----------------------------------------------
@@ -218,9 +210,7 @@ def gradient_magnitudes(reference, scale: float, title: str = "Gradients at the 
     ax.axvspan(floor - 1, tiny, color="orange", alpha=0.12, label="float16 subnormal (fewer bits)")
     ax.set(xlabel="log2 |gradient|", ylabel="entries", title=title, xlim=(bins[0], bins[-1]))
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def underflow_over_training(rows: list[dict]):
@@ -234,9 +224,7 @@ def underflow_over_training(rows: list[dict]):
     ax.set(xlabel="epochs of fp32 training", ylabel="% flushed to zero", title="Gradient underflow")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def scale_traces(traces: dict[str, tuple[list[float], list[bool]]], title: str = "GradScaler's scale",
@@ -254,9 +242,7 @@ def scale_traces(traces: dict[str, tuple[list[float], list[bool]]], title: str =
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def saved_bytes_vs_batch(batches, measured: dict[str, list[float]], predicted: dict[str, list[float]],
@@ -272,9 +258,7 @@ def saved_bytes_vs_batch(batches, measured: dict[str, list[float]], predicted: d
     ax.set(xscale="log", yscale="log", xlabel="batch size", ylabel="MiB held for backward")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def step_time_distribution(times: dict[str, list[float]], title: str = "Time per training step"):
@@ -288,9 +272,7 @@ def step_time_distribution(times: dict[str, list[float]], title: str = "Time per
     ax.set(ylabel="ms", ylim=(0, None), title=title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 # --- Chapter 4: speedup and communication ------------------------------------------------
@@ -325,9 +307,7 @@ def amdahl_curves(alpha: float, p_max: int = 64, p_mark: int | None = None):
     ax_e.set(ylabel="efficiency S / p", ylim=(0, 1.05), title="efficiency")
     ax.legend(fontsize=7)
     ax_e.legend(fontsize=7)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def strong_scaling(points: dict, fits: dict, cores: int, predictions: dict | None = None):
@@ -357,9 +337,7 @@ def strong_scaling(points: dict, fits: dict, cores: int, predictions: dict | Non
            xlim=(0.8, p_all.max() + 0.3), ylim=(0, None))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def phase_bars(rows: dict[str, dict[str, float]], title: str = "Where a step's time goes"):
@@ -376,9 +354,7 @@ def phase_bars(rows: dict[str, dict[str, float]], title: str = "Where a step's t
     ax.set(xlabel="ms per step (median)", title=title)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def weak_scaling(p, scaled_speedup, efficiency, gustafson_line, cores: int):
@@ -397,9 +373,7 @@ def weak_scaling(p, scaled_speedup, efficiency, gustafson_line, cores: int):
     ax.set(ylabel="scaled speedup", title="Gustafson's scaled speedup", ylim=(0, None))
     ax_e.set(ylabel="T₁(b) / T_p(b)", title="weak-scaling efficiency", ylim=(0, 1.1))
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def allreduce_fit(sweeps: dict, fit, fit_mask, held_mask, copy_bw: float, p_fit: int):
@@ -437,9 +411,7 @@ def allreduce_fit(sweeps: dict, fit, fit_mask, held_mask, copy_bw: float, p_fit:
     ax.set_yscale("log")
     ax.set(ylabel="all_reduce time (ms, median)", title="T(M) = L + M / B")
     ax_b.set(ylabel="GB/s", title="bus bandwidth vs the copy ceiling", ylim=(0, None))
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 def step_prediction(bars: dict[str, dict[str, float]]):
@@ -457,9 +429,7 @@ def step_prediction(bars: dict[str, dict[str, float]]):
     ax.legend(handles, list(colors), fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set(xlabel="ms per step", title="T_step = T_compute + T_comm")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)
 
 
 # --- Chapter 5.1: a loss curve that draws itself while the job runs ---------------------
@@ -548,6 +518,4 @@ def resume_curves(straight: list[float], resumed: dict, article: dict, crash_at:
     ax.set(xlabel="step", ylabel="loss (rank 0)", title="Training loss across a crash")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
+    return _finish(fig)

@@ -115,7 +115,7 @@ def test_unpicklable_arguments_are_refused():
         launch(smoke.fail_on, threading.Lock())
 
 
-INTERRUPTED = textwrap.dedent("""
+HANGING_JOB = textwrap.dedent("""
     import helpers
     from helpers.recipes import smoke
     if __name__ == "__main__":
@@ -123,26 +123,39 @@ INTERRUPTED = textwrap.dedent("""
 """)
 
 
-def test_sigint_like_the_stop_button_leaves_nothing_behind(tmp_path):
+def _start_hanging_job(tmp_path):
+    """A launching process, and its family once the forkserver and both ranks are up."""
     script = tmp_path / "job.py"
-    script.write_text(INTERRUPTED)
+    script.write_text(HANGING_JOB)
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
     family = []
-    while time.monotonic() < deadline:  # wait for the forkserver and both ranks
+    while time.monotonic() < deadline and len(family) < 3:
         family = parent.children(recursive=True)
-        if len(family) >= 3:
-            break
         time.sleep(0.2)
     assert len(family) >= 3, f"job never started: {family}"
     time.sleep(1.0)
+    return proc, family
+
+
+def test_sigint_like_the_stop_button_leaves_nothing_behind(tmp_path):
+    proc, family = _start_hanging_job(tmp_path)
     os.kill(proc.pid, signal.SIGINT)  # what the kernel's stop button sends
     out, _ = proc.communicate(timeout=30)
     assert "KeyboardInterrupt" in out
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, f"left behind after SIGINT: {alive}"
+
+
+def test_ranks_end_when_the_launching_process_is_killed(tmp_path):
+    """SIGKILL gives the launcher no chance to clean up; the ranks must notice by themselves."""
+    proc, family = _start_hanging_job(tmp_path)
+    proc.kill()
+    proc.wait(timeout=10)  # not communicate(): the orphans hold its stdout until they go
+    gone, alive = psutil.wait_procs(family, timeout=20)
+    assert not alive, f"ranks outlived a killed launcher: {alive}"
 
 
 def test_torchrun_magic_runs_the_cell_in_n_ranks(capsys):
@@ -165,3 +178,4 @@ def test_a_rank_can_set_up_a_second_group_after_the_first():
 
 def test_a_plain_process_is_a_group_of_one_without_network():
     assert smoke.two_groups_in_a_row()["sums"] == [1.0, 1.0]
+
