@@ -55,7 +55,7 @@ def main() -> None:
     wall = time.perf_counter() - start
     rows, ok = sweep["runs"], [p for p in ps if p <= cores]
 
-    lines = [f"## Strong scaling (chapter 4.1): `bench/scaling.py`", "",
+    lines = ["## Strong scaling (chapter 4.1): `bench/scaling.py`", "",
              f"{book.cpu_model()}, {cores} cores, torch {book.machine()['torch']}, model {args.model}, "
              "one thread per rank, "
              f"backend {sweep['backend']}; {args.rounds} rounds x {args.steps} steps per (p, G) block; "

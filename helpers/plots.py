@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 
 
@@ -239,7 +240,7 @@ def scale_traces(traces: dict[str, tuple[list[float], list[bool]]], title: str =
         hit = np.asarray(skipped, dtype=bool)
         ax.plot(steps[hit], np.log2(np.asarray(scales))[hit], "x", color=line.get_color(), markersize=7)
     ax.set(xlabel="step", ylabel="log2 scale", title=title + " (x: step skipped, inf/nan found)")
-    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _finish(fig)
