@@ -299,11 +299,6 @@ def comm_time(message_bytes, bandwidth, latency):
     return np.asarray(message_bytes, dtype=float) / bandwidth + latency
 
 
-def step_time(t_compute, message_bytes, bandwidth, latency):
-    """The article's step: T_total = T_compute + M / B + L, with no overlap."""
-    return t_compute + comm_time(message_bytes, bandwidth, latency)
-
-
 def r_squared(y, y_hat) -> float:
     """Coefficient of determination: 1 - (residual sum of squares) / (total sum of squares)."""
     y, y_hat = np.asarray(y, dtype=float), np.asarray(y_hat, dtype=float)
