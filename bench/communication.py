@@ -12,33 +12,21 @@ bench/results/communication.md and prints it.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 import numpy as np
 
 import helpers
-from helpers import book, data, theory
+import report
+from helpers import data, theory
+from helpers.analysis import ddp_step_predictions, fit_allreduce
+from helpers.machine import this as this_machine
 from helpers.recipes import collectives, scaling
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MB = 2**20
 
 
-def fit_ends(m, t):
-    """The chapter's fit: classify by a first fit's n_1/2; fit the latency-bound sizes and every
-    other bandwidth-bound one, hold out the rest of the bandwidth-bound sizes."""
-    rough = theory.fit_alpha_beta(m, t)
-    lat, bw = m <= rough.half_size / 8, m >= 8 * rough.half_size
-    even = np.arange(len(m)) % 2 == 0
-    fit = theory.fit_alpha_beta(m[lat | bw & even], t[lat | bw & even])
-    held = bw & ~even
-    err = np.abs(fit.seconds(m[held]) - t[held]) / t[held]
-    return fit, bw, held, err
-
-
 def main() -> None:
-    cores = len(os.sched_getaffinity(0))
+    cores = this_machine().cores
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ps", type=int, nargs="+", default=[p for p in (2, 3, 4, 8, 16) if p <= cores]
                     + ([2 * cores] if cores <= 4 else []))
@@ -58,7 +46,7 @@ def main() -> None:
     copy_bw = sweeps[args.ps[0]]["copy_bw"]
 
     lines = ["## all_reduce (chapter 4.2): `bench/communication.py`", "",
-             f"{book.cpu_model()}, {cores} cores, torch {book.machine()['torch']}, one thread per rank, "
+             f"{report.machine_line()}; one thread per rank, "
              f"backend {sweeps[args.ps[0]]['backend']}. One core copies memory at {copy_bw / 1e9:.2f} GB/s. "
              "p past the cores marked *.", "",
              "Median time (ms) / bus bandwidth (GB/s):", "",
@@ -80,36 +68,31 @@ def main() -> None:
               "|---|---|---|---|---|---|---|"]
     fit2 = None
     for p, sw in sweeps.items():
-        m, t = np.array(sw["sizes"], float), np.array(sw["seconds"])
-        fit, bw, held, err = fit_ends(m, t)
-        fit2 = fit2 or (fit if p == 2 else None)
+        f = fit_allreduce(sw["sizes"], sw["seconds"])
+        m, t, bw, err = f.sizes, f.seconds, f.bandwidth_bound, f.held_errors
+        fit2 = fit2 or (f.fit if p == 2 else None)
         ring = ""
         if fit2 is not None and p != 2:
-            a, b = theory.ring_from_fit(fit2, 2)
-            pred = theory.ring_allreduce_time(m[bw], p, a, b)
+            step_latency, seconds_per_byte = theory.ring_from_fit(fit2, 2)
+            pred = theory.ring_allreduce_time(m[bw], p, step_latency, seconds_per_byte)
             ring = f"{np.max(np.abs(pred - t[bw]) / t[bw]):.1%}"
-        lines.append(f"| {p}{'*' if p > cores else ''} | {fit.latency * 1e6:.0f} | {fit.bandwidth / 1e9:.3f} | "
-                     f"{fit.half_size / 1024:.0f} | {fit.r2(m[bw], t[bw]):.4f} | "
+        lines.append(f"| {p}{'*' if p > cores else ''} | {f.fit.latency * 1e6:.0f} | {f.fit.bandwidth / 1e9:.3f} | "
+                     f"{f.fit.half_size / 1024:.0f} | {f.r2:.4f} | "
                      f"{err.max() if err.size else float('nan'):.1%} | {ring} |")
 
     train = data.load(train=True)
     lines += ["", "DDP step on 2 ranks: predicted T_compute + L + M/B (p = 2 fit) against plain DDP:", "",
               "| model | grad MB | batch/rank | T_compute ms | T_comm ms | predicted ms | measured ms | error |",
               "|---|---|---|---|---|---|---|---|"]
-    for model in ("simple", "wide"):
+    for model in ("simple", "wide-1024x4"):
         configs = [{"per_rank_batch": b, "model": model, "overlap": o} for b in args.batches for o in (False, True)]
         runs = helpers.launch(scaling.timed_training, nprocs=2, threads=1, timeout=3600, show=None, steps=40,
                               dataset=train, configs=configs)[0]["runs"]
-        for timed, real in zip(runs[::2], runs[1::2]):
-            tc = timed["data"] + timed["forward"] + timed["backward"] + timed["optimizer"]
-            tm = float(fit2.seconds(timed["grad_bytes"]))
-            lines.append(f"| {model} ({real['buckets']} buckets) | {timed['grad_bytes'] / MB:.2f} | "
-                         f"{timed['per_rank_batch']} | {tc * 1e3:.2f} | {tm * 1e3:.2f} | {(tc + tm) * 1e3:.2f} | "
-                         f"{real['step'] * 1e3:.2f} | {abs(tc + tm - real['step']) / real['step']:.1%} |")
-    text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "communication.md").write_text(text)
-    print(text)
+        for s in ddp_step_predictions(runs, fit2):
+            lines.append(f"| {model} ({s['buckets']} buckets) | {s['grad_bytes'] / MB:.2f} | "
+                         f"{s['per_rank_batch']} | {s['t_compute'] * 1e3:.2f} | {s['t_comm'] * 1e3:.2f} | "
+                         f"{s['no_overlap'] * 1e3:.2f} | {s['measured'] * 1e3:.2f} | {s['error']:.1%} |")
+    print(report.write("communication", lines))
 
 
 if __name__ == "__main__":

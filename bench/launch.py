@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
+
+from helpers.training import median
 
 PROBE = """
 import json, time, helpers
@@ -54,7 +55,7 @@ def main() -> None:
         c = torchrun_cli()
         cold.append(a), warm.append(b), cli.append(c)
         print(f"round {i + 1}: cold {a:.3f} s  warm {b:.3f} s  torchrun {c:.3f} s", flush=True)
-    a, b, c = (statistics.median(x) for x in (cold, warm, cli))
+    a, b, c = (median(x) for x in (cold, warm, cli))
     print(f"\nmedians over {args.rounds} rounds: (a) cold {a:.3f} s, (b) warm {b:.3f} s, "
           f"(c) torchrun CLI {c:.3f} s")
     print(f"b/c = {b / c:.3f}  (warm launch is {c / b:.1f}x faster than the CLI)")

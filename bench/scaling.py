@@ -11,31 +11,19 @@ Writes bench/results/scaling.md and prints it.
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from pathlib import Path
-
-import numpy as np
 
 import helpers
-from helpers import book, data, theory
+import report
+from helpers import data
+from helpers.analysis import ScalingRuns
+from helpers.machine import this as this_machine
 from helpers.recipes import scaling
-
-RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def speedups(rows, p, G):
-    """One speedup per round: T_1 / T_p from blocks of the same round."""
-    return [next(a["step"] for a in rows if a["round"] == b["round"] and a["p"] == 1 and a["G"] == G)
-            / b["step"] for b in rows if b["p"] == p and b["G"] == G]
-
-
-def median(rows, key, p, G):
-    return float(np.median([r[key] for r in rows if r["p"] == p and r["G"] == G]))
+from helpers.training import PHASES
 
 
 def main() -> None:
-    cores = len(os.sched_getaffinity(0))
+    cores = this_machine().cores
     default_ps = [2**k for k in range(6) if 2**k <= cores] + ([2 * cores] if cores <= 8 else [])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ps", type=int, nargs="+", default=default_ps)
@@ -43,60 +31,49 @@ def main() -> None:
                     help="strong scaling; the smallest is also the weak-scaling per-rank batch")
     ap.add_argument("--rounds", type=int, default=16)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--model", choices=["simple", "wide"], default="simple")
+    ap.add_argument("--model", choices=["simple", "wide-1024x4"], default="simple")
     args = ap.parse_args()
     ps, Gs = sorted(args.ps), sorted(args.global_batches)
     assert ps[0] == 1, "the sweep needs p = 1 as its reference"
 
     start = time.perf_counter()
     sweep = helpers.launch(scaling.scaling_sweep, nprocs=max(ps), threads=1, timeout=3600, show=None,
-                           ps=ps, global_batches=Gs, per_rank_batches=[Gs[0]], rounds=args.rounds,
+                           ps=ps, global_sizes=Gs, per_rank_batches=[Gs[0]], rounds=args.rounds,
                            steps=args.steps, model=args.model, dataset=data.load(train=True))[0]
     wall = time.perf_counter() - start
-    rows, ok = sweep["runs"], [p for p in ps if p <= cores]
+    runs, ok = ScalingRuns(sweep["runs"]), [p for p in ps if p <= cores]
 
     lines = ["## Strong scaling (chapter 4.1): `bench/scaling.py`", "",
-             f"{book.cpu_model()}, {cores} cores, torch {book.machine()['torch']}, model {args.model}, "
-             "one thread per rank, "
+             f"{report.machine_line()}; model {args.model}, one thread per rank, "
              f"backend {sweep['backend']}; {args.rounds} rounds x {args.steps} steps per (p, G) block; "
              f"job wall time {wall:.0f} s. Data: {data.source().name}.", "",
              "Median step time (ms) and speedup T_1/T_p (median over rounds); p past the cores marked *.", "",
              "| G | " + " | ".join(f"p={p}{'*' if p > cores else ''}" for p in ps) + " | alpha (fit, p <= cores) |",
              "|---|" + "---|" * len(ps) + "---|"]
-    fits = {}
     for G in Gs:
-        pts = [(p, s) for p in ok for s in speedups(rows, p, G)]
-        fits[G] = theory.fit_amdahl(*zip(*pts))
-        cells = [f"{median(rows, 'step', p, G) * 1e3:.2f} ({np.median(speedups(rows, p, G)):.2f}x)" for p in ps]
-        lines.append(f"| {G} | " + " | ".join(cells) + f" | {fits[G].alpha:.3f} +- {fits[G].stderr:.3f} |")
+        fit = runs.fit_amdahl(ok, G)
+        cells = [f"{runs.median('step', p, G) * 1e3:.2f} ({runs.speedup(p, G):.2f}x)" for p in ps]
+        lines.append(f"| {G} | " + " | ".join(cells) + f" | {fit.alpha:.3f} +- {fit.stderr:.3f} |")
 
-    seen = [r for r in rows if r["G"] < Gs[-1] and r["p"] in ok]
-    model = theory.fit_step_model([r["p"] for r in seen], [r["per_rank_batch"] for r in seen],
-                                  [r["step"] for r in seen])
+    model = runs.step_model(ok, Gs[-1])
     lines += ["", f"Held out: G = {Gs[-1]}, predicted by T_p(b) = s_p + c b fitted on the smaller batches "
               f"(c = {model.per_sample * 1e6:.2f} us/sample, s_p = "
               + ", ".join(f"{p}: {s * 1e3:.2f} ms" for p, s in model.serial.items()) + ").", "",
               "| p | predicted S | measured S | error |", "|---|---|---|---|"]
     for p in ok[1:]:
-        pred, meas = model.speedup(p, Gs[-1]), float(np.median(speedups(rows, p, Gs[-1])))
+        pred, meas = model.speedup(p, Gs[-1]), runs.speedup(p, Gs[-1])
         lines.append(f"| {p} | {pred:.3f} | {meas:.3f} | {abs(pred - meas) / meas:.1%} |")
 
     lines += ["", f"Phases at G = {Gs[1]} (median ms per step):", "",
-              "| p | " + " | ".join(scaling.PHASES) + " |", "|---|" + "---|" * len(scaling.PHASES)]
+              "| p | " + " | ".join(PHASES) + " |", "|---|" + "---|" * len(PHASES)]
     for p in ps:
-        lines.append(f"| {p} | " + " | ".join(f"{median(rows, ph, p, Gs[1]) * 1e3:.3f}" for ph in scaling.PHASES)
-                     + " |")
+        lines.append(f"| {p} | " + " | ".join(f"{runs.median(ph, p, Gs[1]) * 1e3:.3f}" for ph in PHASES) + " |")
 
-    weak = [(p, p * Gs[0]) for p in ps]  # the sweep ran b = Gs[0] per rank at every p
-    lines += ["", f"Weak scaling at b = {Gs[0]} per rank:", "",
+    lines += ["", f"Weak scaling at b = {Gs[0]} per rank:", "",  # the sweep ran b = Gs[0] at every p
               "| p | samples/s | efficiency T_1(b)/T_p(b) |", "|---|---|---|"]
-    for p, G in weak:
-        lines.append(f"| {p} | {p * Gs[0] / median(rows, 'step', p, G):.0f} | "
-                     f"{median(rows, 'step', 1, Gs[0]) / median(rows, 'step', p, G):.3f} |")
-    text = "\n".join(lines) + "\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scaling.md").write_text(text)
-    print(text)
+    for p, w in runs.weak(ps, Gs[0]).items():
+        lines.append(f"| {p} | {w['samples_per_s']:.0f} | {w['efficiency']:.3f} |")
+    print(report.write("scaling", lines))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ On CUDA: float16 autocast with a GradScaler, since float16's narrow range
 flushes small gradients to zero unless the loss is scaled. On the CPU:
 bfloat16 autocast and no scaler: bfloat16 has float32's exponent range, so
 nothing underflows that float32 would keep. (Whether bf16 is *faster* on a
-CPU depends on AVX512-BF16/AMX; ``helpers.book.cpu_flags()`` tells.)
+CPU depends on AVX512-BF16/AMX; ``helpers.machine.this().native_bf16`` tells.)
 """
 from __future__ import annotations
 
@@ -15,9 +15,20 @@ def autocast_dtype(device: torch.device) -> torch.dtype:
     return torch.float16 if device.type == "cuda" else torch.bfloat16
 
 
-def autocast(device: torch.device, enabled: bool = True):
-    """``torch.amp.autocast`` for this device (not the deprecated ``torch.cuda.amp.autocast``)."""
-    return torch.amp.autocast(device.type, dtype=autocast_dtype(device), enabled=enabled)
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """``torch.bfloat16`` -> "bfloat16"; None (no autocast) -> "float32"."""
+    return str(dtype or torch.float32).removeprefix("torch.")
+
+
+def autocast(device: torch.device, enabled: bool = True, dtype: torch.dtype | None = None):
+    """``torch.amp.autocast`` for this device (not the deprecated ``torch.cuda.amp.autocast``),
+    at the policy's dtype unless ``dtype`` is given."""
+    return torch.amp.autocast(device.type, dtype=dtype or autocast_dtype(device), enabled=enabled)
+
+
+def autocast_to(device: torch.device, dtype: torch.dtype | None):
+    """Autocast to ``dtype``; None is plain float32 (autocast off)."""
+    return autocast(device, enabled=dtype is not None, dtype=dtype)
 
 
 def grad_scaler(device: torch.device, enabled: bool = True) -> torch.amp.GradScaler:

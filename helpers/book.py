@@ -1,13 +1,13 @@
-"""What a notebook needs around the runs: the scale knob, source listings, the machine, exercises."""
+"""What a notebook needs around the runs: the scale knob, source listings, glue, exercises.
+
+The machine's facts are ``helpers.machine``; this module only presents things.
+"""
 from __future__ import annotations
 
 import inspect
 import os
-import platform
 import textwrap
 from typing import Any, Callable
-
-import torch
 
 
 def scale() -> float:
@@ -33,32 +33,11 @@ def show_source(*objs: Any):
     return Markdown("\n\n".join(parts))
 
 
-def cpu_flags(wanted: tuple[str, ...] = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")) -> dict:
-    """The CPU features that decide whether bf16 is fast here (Linux's /proc/cpuinfo)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return {w: w in flags for w in wanted}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                        platform.processor())
-    except OSError:
-        return platform.processor() or "unknown CPU"
-
-
-def machine() -> dict:
-    """The facts every measurement in the book depends on."""
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu_model(), "cores": cores, "gpus": gpus, "torch": torch.__version__,
-            "python": platform.python_version(),
-            "bf16_flags": [k for k, v in cpu_flags().items() if v and ("bf16" in k or "amx" in k)]}
+def glue(**values: Any) -> None:
+    """Hand each value to the prose by name (myst-nb's ``glue``, shown nowhere in the cell)."""
+    from myst_nb import glue as myst_glue
+    for name, value in values.items():
+        myst_glue(name, value, display=False)
 
 
 def check(answer: Any, is_right: Callable[[Any], bool], hint: str) -> bool | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import TensorDataset
+from torch.utils.data import DistributedSampler, TensorDataset
 
 DATA_DIR = Path(os.environ.get("HELPERS_DATA_DIR", Path(__file__).resolve().parent.parent / "data"))
 MEAN, STD = 0.5, 0.5  # the article's Normalize((0.5,), (0.5,))
@@ -109,3 +109,58 @@ def _digits(train: bool, test_fraction: float = 0.2) -> TensorDataset:
 def load(train: bool = True) -> TensorDataset:
     """The training or test split as tensors: images N x 1 x 28 x 28 (normalized), labels N."""
     return _mnist(train) if _mnist_on_disk() else _digits(train)
+
+
+def first_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``batch_size`` training images and labels: the same batch in every process."""
+    x, y = load(train=True).tensors
+    return x[:batch_size], y[:batch_size]
+
+
+# --- Which samples each step trains on: DistributedSampler's order, computed anywhere ------
+
+def replica_batches(n: int, batch_size: int, epochs: int, seed: int, dp: int = 1,
+                    dp_rank: int = 0, max_steps: int | None = None) -> list[torch.Tensor]:
+    """Sample indices of each step for one replica: DistributedSampler's order, ``set_epoch`` each epoch.
+
+    With dp = 1 this is the article's ``shuffle=True``, made reproducible by the seed.
+    Every stage of a replica computes the same list, so its stages agree on the batch
+    without sending it (the first stage uses the images, the last the labels).
+    ``max_steps`` cuts the list short (on full MNIST, 5 epochs are 4,690 steps).
+    """
+    sampler = DistributedSampler(range(n), num_replicas=dp, rank=dp_rank, shuffle=True, seed=seed)
+    steps = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        steps += list(torch.tensor(list(sampler)).split(batch_size))
+    return steps[:max_steps]
+
+
+def global_batches(n: int, batch_size: int, epochs: int, seed: int, dp: int = 1,
+                   max_steps: int | None = None) -> list[torch.Tensor]:
+    """What the dp replicas see together at each step: their batches, concatenated."""
+    per_replica = [replica_batches(n, batch_size, epochs, seed, dp, r, max_steps) for r in range(dp)]
+    return [torch.cat(step) for step in zip(*per_replica)]
+
+
+def batch_plan(n: int, world_size: int, batch_size: int, steps: int, seed: int = 0) -> list:
+    """Indices each rank trains on at each step (steps x ranks x batch_size), computed in one process.
+
+    Exactly what DistributedSampler (shuffled, ``set_epoch`` every epoch) feeds a
+    ``DataLoader(drop_last=True)`` on each rank, so one step's global batch is the
+    concatenation over ranks. Only full batches: equal sizes keep the mean of the
+    ranks' mean losses equal to the mean over the global batch.
+    """
+    if -(-n // world_size) < batch_size:
+        raise ValueError(f"{n} samples over {world_size} ranks make no full batch of {batch_size}")
+    out, epoch = [], 0
+    while len(out) < steps:
+        per_rank = []
+        for rank in range(world_size):
+            sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, seed=seed)
+            sampler.set_epoch(epoch)
+            idx = list(sampler)
+            per_rank.append([idx[i:i + batch_size] for i in range(0, len(idx) - batch_size + 1, batch_size)])
+        out += [list(step) for step in zip(*per_rank)]
+        epoch += 1
+    return out[:steps]

@@ -11,16 +11,16 @@ The same code runs under ``helpers.launch`` (a notebook cell), under the
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import random
 from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-DEFAULT_SEED = 0
+from . import protocol
+from .machine import this as this_machine
+from .protocol import DEFAULT_SEED
 
 
 @dataclass(frozen=True)
@@ -43,24 +43,6 @@ class Context:
         return [self.device.index] if self.device.type == "cuda" else None
 
 
-def pick_backend(local_world_size: int) -> str:
-    """NCCL when every local rank can own a GPU, gloo on the CPU otherwise."""
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
-        return "nccl"
-    return "gloo"
-
-
-def threads_per_rank(local_world_size: int) -> int:
-    """Split the cores between the ranks on this host, so they do not fight over them."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, local_world_size))
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
-
-
 def setup(seed: int = DEFAULT_SEED) -> Context:
     """Join the process group described by torchrun's environment variables.
 
@@ -73,9 +55,7 @@ def setup(seed: int = DEFAULT_SEED) -> Context:
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
 
-    backend = os.environ.get("HELPERS_BACKEND") or pick_backend(local_world_size)
-    threads = int(os.environ.get("HELPERS_THREADS", 0)) or threads_per_rank(local_world_size)
-    torch.set_num_threads(threads)
+    backend = os.environ.get(protocol.BACKEND) or this_machine().backend(local_world_size)
 
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -84,11 +64,11 @@ def setup(seed: int = DEFAULT_SEED) -> Context:
         device = torch.device("cpu")
 
     if not dist.is_initialized():
-        timeout = timedelta(seconds=float(os.environ.get("HELPERS_TIMEOUT", 600)))
+        timeout = timedelta(seconds=float(os.environ.get(protocol.TIMEOUT, 600)))
         dist.init_process_group(backend, store=_fresh_store(rank, world_size, timeout),
                                 rank=rank, world_size=world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None)
-    seed_everything(seed)
+    protocol.prepare_process(local_world_size, seed)
     return Context(rank, local_rank, world_size, backend, device)
 
 
@@ -124,24 +104,10 @@ def distributed(seed: int = DEFAULT_SEED):
     try:
         yield ctx
     except BaseException as e:
-        record_failure(e)  # before teardown: peers fail the moment the group goes away
+        protocol.write_error(e)  # before teardown: peers fail the moment the group goes away
         raise
     finally:
         teardown()
-
-
-def record_failure(e: BaseException) -> None:
-    """Under ``helpers.launch``, note this rank's exception (the first one only) for the launcher."""
-    path = os.environ.get("HELPERS_ERROR_FILE")
-    if not path or os.path.exists(path):
-        return
-    import time
-    import traceback
-    err = {"rank": int(os.environ.get("RANK", 0)), "type": type(e).__name__, "message": str(e),
-           "traceback": "".join(traceback.format_exception(e)), "time": time.time()}
-    with open(path + ".tmp", "w") as f:
-        json.dump(err, f)
-    os.replace(path + ".tmp", path)
 
 
 def report(step: int, total: int, **metrics: float) -> None:
@@ -153,11 +119,8 @@ def report(step: int, total: int, **metrics: float) -> None:
     """
     if int(os.environ.get("RANK", 0)) != 0:
         return
-    record = {"step": step, "total": total, **{k: float(v) for k, v in metrics.items()}}
-    path = os.environ.get("HELPERS_PROGRESS_FILE")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-    elif total and (step == total or step % max(1, total // 10) == 0):
+    if protocol.append_progress(protocol.progress_record(step, total, **metrics)):
+        return
+    if total and (step == total or step % max(1, total // 10) == 0):
         extra = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
         print(f"step {step}/{total} {extra}", flush=True)

@@ -21,7 +21,6 @@ exposed machine a firewall, not this module, keeps strangers off those ports.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import multiprocessing
 import multiprocessing.forkserver as forkserver
@@ -39,14 +38,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import psutil
-import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from .dist import DEFAULT_SEED, record_failure, seed_everything, threads_per_rank
-from .live import LogTail, progress_display
+from . import protocol
+from .displays import ProgressDisplay
+from .live import LogTail
+from .machine import this as this_machine
 
 DEFAULT_TIMEOUT = 120.0
 # Third-party modules only: the reader may edit helpers/, and a preloaded copy would go stale.
@@ -111,24 +111,19 @@ def _rank_entry(spec: _RankSpec) -> Any:
     """The function the elastic agent starts in every worker: wraps the user's ``fn``."""
     threading.Thread(target=_exit_when_gone, args=(spec.launcher_pid,), daemon=True).start()
     rank = int(os.environ["RANK"])
-    log = os.open(os.path.join(spec.run_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    log = os.open(protocol.rank_log(spec.run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
     os.environ.update(spec.env)
+    os.environ.update(protocol.rank_env(spec.run_dir, rank))
     # For code that never calls helpers.dist.setup() (a %%torchrun cell, say): same split, same seed.
-    threads = int(os.environ.get("HELPERS_THREADS", 0)) or threads_per_rank(int(os.environ["LOCAL_WORLD_SIZE"]))
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
-    seed_everything(DEFAULT_SEED)
-    os.environ["HELPERS_ERROR_FILE"] = os.path.join(spec.run_dir, f"error{rank}.json")
-    if rank == 0:
-        os.environ["HELPERS_PROGRESS_FILE"] = os.path.join(spec.run_dir, "progress.jsonl")
+    protocol.prepare_process(int(os.environ["LOCAL_WORLD_SIZE"]))
     try:
         return spec.fn(*spec.args, **spec.kwargs)
     except BaseException as e:  # noqa: BLE001 - reported to the launcher, then the rank dies
-        record_failure(e)
+        protocol.write_error(e)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # skip multiprocessing's own traceback dump: the launcher reports it once
@@ -158,18 +153,22 @@ def _check_args(nprocs: Any, backend: str | None, timeout: float) -> None:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     if backend not in (None, "gloo", "nccl"):
         raise LaunchError(f"backend must be 'gloo', 'nccl' or None (pick for me), got {backend!r}.")
-    if backend == "nccl" and (not dist.is_nccl_available() or torch.cuda.device_count() < nprocs):
+    if backend == "nccl" and (not dist.is_nccl_available() or this_machine().n_gpus < nprocs):
         raise LaunchError(f"backend='nccl' needs {nprocs} GPUs; this machine has "
-                          f"{torch.cuda.device_count()}. Use backend=None to get gloo on the CPU.")
+                          f"{this_machine().n_gpus}. Use backend=None to get gloo on the CPU.")
     if backend == "gloo" and not dist.is_gloo_available():
         raise LaunchError("this torch build has no gloo backend; use backend=None.")
 
 
-def _forkserver_pid() -> int:
-    """Start the forkserver (torch preloaded) once per kernel; every worker forks from it."""
+def forkserver_context() -> multiprocessing.context.BaseContext:
+    """The forkserver (torch preloaded), started once per kernel: every worker forks from it.
+
+    Also for processes a chapter starts by itself (a checkpoint writer to kill, say),
+    so that they too skip torch's import and are cleaned up with the launcher's.
+    """
     multiprocessing.set_forkserver_preload(PRELOAD)
     forkserver.ensure_running()
-    return forkserver._forkserver._forkserver_pid  # stable since Python 3.4; no public accessor
+    return multiprocessing.get_context("forkserver")
 
 
 def worker_processes() -> list[psutil.Process]:
@@ -202,9 +201,9 @@ def _signal_name(code: int) -> str:
 
 def _root_cause(run_dir: Path, failure: BaseException) -> Exception:
     """The first rank that failed, with its own traceback; later failures are usually echoes."""
-    errors = [json.loads(p.read_text()) for p in run_dir.glob("error*.json")]
+    errors = protocol.read_errors(run_dir)
     if errors:
-        e = min(errors, key=lambda e: e["time"])
+        e = errors[0]
         return RankError(e["rank"], e["type"], e["message"], e["traceback"])
     if isinstance(failure, ChildFailedError) and failure.failures:
         rank, f = min(failure.failures.items(), key=lambda kv: kv[1].timestamp)
@@ -238,11 +237,11 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         {show} if isinstance(show, int) else set(show)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
-    env = {"HELPERS_TIMEOUT": str(timeout), "GLOO_SOCKET_IFNAME": "lo"}
+    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo"}
     if backend:
-        env["HELPERS_BACKEND"] = backend
+        env[protocol.BACKEND] = backend
     if threads:
-        env["HELPERS_THREADS"] = str(threads)
+        env[protocol.THREADS] = str(threads)
     spec = _RankSpec(fn, args, kwargs, str(run_dir), env)
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
@@ -264,16 +263,16 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     tail = LogTail(run_dir, shown)
-    bar = progress_display(on_progress)
+    bar = ProgressDisplay(protocol.progress_file(run_dir), on_progress)
     thread = threading.Thread(target=agent, name="elastic-agent", daemon=True)
     try:
-        _forkserver_pid()
+        forkserver_context()
         thread.start()
         deadline = time.monotonic() + timeout
         while thread.is_alive():
             thread.join(0.05)
             tail.poll()
-            bar.poll(run_dir / "progress.jsonl")
+            bar.poll()
             if time.monotonic() > deadline:
                 _kill_workers()
                 thread.join(10)
@@ -283,7 +282,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
                     f"in a collective waits for peers that never come. {tail.last_lines()} "
                     f"Pass a larger timeout= if the job is only slow.")
         tail.poll()
-        bar.poll(run_dir / "progress.jsonl")
+        bar.poll()
         if "error" in outcome:
             raise _root_cause(run_dir, outcome["error"]) from None
         results = outcome["results"]

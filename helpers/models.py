@@ -1,4 +1,9 @@
-"""The models the chapters train: the article's, and a few built to make a point."""
+"""The models the chapters train: the article's, and a few built to make a point.
+
+Recipes name them through one registry, so a name means one model everywhere::
+
+    models.build("wide-1024x4")      # WideMLP(1024, 4)
+"""
 from __future__ import annotations
 
 import torch
@@ -55,5 +60,63 @@ class WideMLP(nn.Module):
         return self.net(x)
 
 
+def simple_with_dropout(p: float = 0.1) -> SimpleModel:
+    """The article's SimpleModel with dropout after the hidden layer, so that the RNG matters."""
+    model = SimpleModel()
+    if p:
+        model.fc.insert(2, nn.Dropout(p))
+    return model
+
+
+def balanced_mlp(p: int, width: int = 784, layers_per_stage: int = 2) -> nn.Sequential:
+    """An MLP of ``p`` stages with equal work, for timing schedules; ``model[s]`` is stage s.
+
+    The article's model is lopsided (its first stage does about 85% of the arithmetic,
+    see ``linear_macs``), which would hide the schedule behind the imbalance. Here each
+    stage is ``layers_per_stage`` Linear(width, width) layers; width 784 takes the
+    image's pixels directly, and the last stage adds a small 10-way head.
+    """
+    stages = []
+    for s in range(p):
+        layers: list[nn.Module] = [nn.Flatten(1)] if s == 0 else []
+        for i in range(layers_per_stage):
+            layers += [nn.Linear(784 if s == i == 0 else width, width), nn.ReLU()]
+        if s == p - 1:
+            layers.append(nn.Linear(width, 10))
+        stages.append(nn.Sequential(*layers))
+    return nn.Sequential(*stages)
+
+
+MODELS = {
+    "simple": SimpleModel,                       # the article's 784 -> 256 -> 10
+    "simple-dropout": simple_with_dropout,       # ... with Dropout(0.1), chapter 5.4
+    "three-layer": ThreeLayerMLP,                # the article's model-parallel model, whole
+    "wide-512x4": lambda: WideMLP(512, 4),       # 0.9 M parameters
+    "wide-1024x4": lambda: WideMLP(1024, 4),     # 2.9 M parameters: matmuls set the step time
+}
+
+
+def build(name: str) -> nn.Module:
+    """A fresh model by its registry name (seed torch first for reproducible weights)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; the registry has {sorted(MODELS)}")
+    return MODELS[name]()
+
+
 def param_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def widths(model: nn.Module) -> list[int]:
+    """[in, hidden..., out] of a stack of Linears: what ``theory``'s MLP formulas take."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return [m.in_features for m in linears] + [linears[-1].out_features]
+
+
+def linear_macs(module: nn.Module) -> int:
+    """Multiply-adds per sample in a module's Linear layers: the work of an MLP stage."""
+    return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))

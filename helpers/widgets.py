@@ -198,8 +198,8 @@ def diagnosis_html(d, p: int) -> str:
             f"{p} ranks give {d.speedup:.2f}x one process's throughput{slower}.<ul>{rows}</ul>")
 
 
-def slow_run_explorer(n_params: int, per_rank_batch: int, t_per_sample: float, alpha: float, beta: float,
-                      p: int = 2, t_fixed: float = 0.0):
+def slow_run_explorer(n_params: int, per_rank_batch: int, t_per_sample: float, step_latency: float,
+                      seconds_per_byte: float, p: int = 2, t_fixed: float = 0.0):
     """"Why is my multi-GPU run slower?": ``theory.diagnose`` with sliders, from your measurements.
 
     Defaults are what the chapter measured (pass them in). Shows the default
@@ -211,8 +211,8 @@ def slow_run_explorer(n_params: int, per_rank_batch: int, t_per_sample: float, a
     import ipywidgets as w
     from IPython.display import HTML, display
     from helpers import theory
-    display(HTML(diagnosis_html(theory.diagnose(n_params, per_rank_batch, t_per_sample, p, alpha, beta,
-                                                t_fixed=t_fixed), p)))
+    display(HTML(diagnosis_html(theory.diagnose(n_params, per_rank_batch, t_per_sample, p, step_latency,
+                                                seconds_per_byte, t_fixed=t_fixed), p)))
     log = lambda v, lo, hi, desc, fmt: w.FloatLogSlider(value=v, base=10, min=math.log10(v) - lo,  # noqa: E731
                                                         max=math.log10(v) + hi, step=0.05,
                                                         description=desc, readout_format=fmt)
@@ -221,8 +221,8 @@ def slow_run_explorer(n_params: int, per_rank_batch: int, t_per_sample: float, a
         "per_rank_batch": w.IntSlider(value=per_rank_batch, min=1, max=max(1024, 4 * per_rank_batch),
                                       description="batch/rank"),
         "t_per_sample": log(t_per_sample, 2, 2, "s/sample", ".2g"),
-        "beta": log(beta, 2, 2, "s/byte (β)", ".2g"),
-        "alpha": log(alpha, 2, 2, "latency α (s)", ".2g"),
+        "seconds_per_byte": log(seconds_per_byte, 2, 2, "s/byte", ".2g"),
+        "step_latency": log(step_latency, 2, 2, "step latency (s)", ".2g"),
         "p": w.SelectionSlider(options=[2 ** i for i in range(1, 11)], value=p, description="ranks"),
     }
     overlap = w.Checkbox(value=False, description="overlap all_reduce with backward (2/3 of compute)")
@@ -230,8 +230,8 @@ def slow_run_explorer(n_params: int, per_rank_batch: int, t_per_sample: float, a
 
     def update(_=None):
         v = {k: c.value for k, c in controls.items()}
-        d = theory.diagnose(int(v["n_params"]), v["per_rank_batch"], v["t_per_sample"], v["p"], v["alpha"],
-                            v["beta"], overlappable=(2 / 3) * v["per_rank_batch"] * v["t_per_sample"]
+        d = theory.diagnose(int(v["n_params"]), v["per_rank_batch"], v["t_per_sample"], v["p"],
+                            v["step_latency"], v["seconds_per_byte"], overlappable=(2 / 3) * v["per_rank_batch"] * v["t_per_sample"]
                             if overlap.value else 0.0, t_fixed=t_fixed)
         card.value = diagnosis_html(d, v["p"])
 

@@ -13,6 +13,9 @@ from helpers import checkpoint
 from helpers.checkpoint import (CheckpointError, CorruptCheckpoint, IncompatibleCheckpoint,
                                 ResumableSampler, UnsafeCheckpoint)
 from helpers.models import SimpleModel
+from helpers.article import article_save_checkpoint
+from helpers.models import simple_with_dropout
+from helpers.probes import faults
 from helpers.recipes import checkpointing as cp
 
 os.environ.setdefault("HELPERS_OFFLINE", "1")
@@ -54,7 +57,7 @@ def test_previous_checkpoint_survives_20_kills_at_random_moments(tmp_path):
     checkpoint.atomic_save(checkpoint.seal({"version": 0, "weights": torch.zeros(4)}), path)
     version, landed_mid_write = 0, 0
     for _ in range(20):
-        proc = cp.start_saver(path, megabytes=8, first=version + 1)
+        proc = faults.start_saver(path, megabytes=8, first=version + 1)
         deadline = time.monotonic() + 30
         while not checkpoint.stray_temp_files(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.001)  # the saver is up and writing
@@ -62,7 +65,7 @@ def test_previous_checkpoint_survives_20_kills_at_random_moments(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
         landed_mid_write += bool(checkpoint.stray_temp_files(tmp_path))
-        newer = cp.read_version(path)  # whole and unmixed, or this raises
+        newer = faults.read_version(path)  # whole and unmixed, or this raises
         assert newer >= version
         version = newer
         checkpoint.remove_stray_temp_files(tmp_path)
@@ -72,13 +75,13 @@ def test_previous_checkpoint_survives_20_kills_at_random_moments(tmp_path):
 
 
 def test_kill_mid_write_breaks_torch_save_but_not_atomic_save(tmp_path):
-    naive = cp.kill_mid_write(tmp_path / "naive.pt", atomic=False, megabytes=16)
+    naive = faults.kill_mid_write(tmp_path / "naive.pt", atomic=False, megabytes=16)
     assert naive["file_bytes"] < naive["whole_bytes"]
     with pytest.raises(CorruptCheckpoint, match="truncated or corrupt"):
-        cp.read_version(tmp_path / "naive.pt")
-    atomic = cp.kill_mid_write(tmp_path / "atomic.pt", atomic=True, megabytes=16)
+        faults.read_version(tmp_path / "naive.pt")
+    atomic = faults.kill_mid_write(tmp_path / "atomic.pt", atomic=True, megabytes=16)
     assert atomic["temp_files"], "the kill should have left the unfinished temp file"
-    assert cp.read_version(tmp_path / "atomic.pt") >= 1
+    assert faults.read_version(tmp_path / "atomic.pt") >= 1
 
 
 def test_failed_save_leaves_previous_file_and_no_temp(trained, tmp_path):
@@ -159,7 +162,7 @@ def test_sharded_save_refuses_to_overwrite_and_load_needs_metadata(tmp_path):
 def test_checkpoint_of_another_model_is_refused_before_anything_is_copied(trained):
     _, _, path = trained
     torch.manual_seed(5)
-    other = cp.build_model(dropout=0.1)  # the same layers, but fc.2 is now fc.3
+    other = simple_with_dropout(0.1)  # the same layers, but fc.2 is now fc.3
     optimizer = torch.optim.SGD(other.parameters(), lr=0.1)
     before, file_before = snapshot(other, optimizer), sha(path)
     with pytest.raises(IncompatibleCheckpoint, match="missing fc.3.weight.*Nothing was loaded"):
@@ -206,7 +209,7 @@ def test_flipped_bytes_that_torch_load_accepts_are_caught_by_the_digest(trained,
 
 def test_pickle_carrying_code_is_refused_and_does_not_run(tmp_path):
     marker = tmp_path / "ran.txt"
-    path = cp.write_code_carrying_checkpoint(tmp_path / "evil.pt", marker)
+    path = faults.write_code_carrying_checkpoint(tmp_path / "evil.pt", marker)
     with pytest.raises(UnsafeCheckpoint, match="calls exec"):
         checkpoint.read(path)
     assert not marker.exists()
@@ -221,7 +224,7 @@ def test_sharded_metadata_carrying_code_is_refused_and_does_not_run(tmp_path):
     checkpoint.save_sharded(folder, SimpleModel())  # one process, no process group
     checkpoint.load_sharded(folder, SimpleModel())  # a good one loads
     marker = tmp_path / "ran.txt"
-    cp.write_code_carrying_metadata(folder, marker)
+    faults.write_code_carrying_metadata(folder, marker)
     with pytest.raises(UnsafeCheckpoint, match="builtins.exec"):
         checkpoint.load_sharded(folder, SimpleModel())
     assert not marker.exists()
@@ -235,7 +238,7 @@ def test_other_bad_inputs(trained, tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         checkpoint.read(tmp_path / "missing.pt")
     article = tmp_path / "article.pt"
-    cp.article_save_checkpoint(model, optimizer, 3, article)
+    article_save_checkpoint(model, optimizer, 3, article)
     with pytest.raises(IncompatibleCheckpoint, match="not written by helpers.checkpoint.save"):
         checkpoint.read(article)
     versions = tmp_path / "v.pt"

@@ -6,12 +6,15 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import helpers
 from helpers import data
+from helpers.analysis import hidden_fraction, summarize_timeline
+from helpers.data import batch_plan
+from helpers.probes.data_parallel import train_single
 from helpers.recipes import data_parallel as dp
 
 
-def test_global_batches_are_what_each_ranks_loader_yields_epoch_after_epoch():
+def test_batch_plan_is_what_each_ranks_loader_yields_epoch_after_epoch():
     n, world, batch = 50, 3, 4
-    plan = dp.global_batches(n, world, batch, steps=10)  # 4 full batches per epoch: crosses 2 epochs
+    plan = batch_plan(n, world, batch, steps=10)  # 4 full batches per epoch: crosses 2 epochs
     dataset = TensorDataset(torch.arange(n))
     for rank in range(world):
         sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, seed=0)
@@ -34,23 +37,23 @@ def test_sampler_pads_with_duplicates_and_set_epoch_reshuffles():
     assert list(s) != first
 
 
-def test_global_batches_refuses_a_data_set_too_small_for_one_batch():
+def test_batch_plan_refuses_a_data_set_too_small_for_one_batch():
     with pytest.raises(ValueError, match="no full batch"):
-        dp.global_batches(10, 3, 8, steps=1)
+        batch_plan(10, 3, 8, steps=1)
 
 
 def test_hidden_fraction_merges_overlapping_intervals():
-    assert dp.hidden_fraction([(0, 2), (1, 3), (5, 6)], compute_end=2.5) == 2.5 / 4
-    assert dp.hidden_fraction([(3, 4)], compute_end=3) == 0
-    assert dp.hidden_fraction([], compute_end=1) == 0
+    assert hidden_fraction([(0, 2), (1, 3), (5, 6)], compute_end=2.5) == 2.5 / 4
+    assert hidden_fraction([(3, 4)], compute_end=3) == 0
+    assert hidden_fraction([], compute_end=1) == 0
 
 
 def test_naive_allreduce_and_ddp_equal_one_process_on_the_global_batch():
     steps = 4
     naive = helpers.launch(dp.train, nprocs=2, mode="naive", steps=steps, show=None)
     ddp = helpers.launch(dp.train, nprocs=2, mode="ddp", steps=steps, show=None)
-    single = dp.train_single(world_size=2, steps=steps)
-    plan = dp.global_batches(len(data.load()), 2, 32, steps)
+    single = train_single(world_size=2, steps=steps)
+    plan = batch_plan(len(data.load()), 2, 32, steps)
     for run in (naive, ddp):
         assert [r["indices"] for r in run] == [[s[r] for s in plan] for r in range(2)]
         torch.testing.assert_close(run[0]["params"], run[1]["params"], rtol=0, atol=0)
@@ -60,7 +63,7 @@ def test_naive_allreduce_and_ddp_equal_one_process_on_the_global_batch():
 def test_no_sync_accumulation_equals_one_process_and_all_reduces_once_per_step():
     k, steps = 3, 3
     ranks = helpers.launch(dp.accumulate, nprocs=2, micro_batches=k, steps=steps, model="simple", show=None)
-    single = dp.train_single(world_size=2, model="simple", steps=steps, batch_size=16, accumulate=k)
+    single = train_single(world_size=2, model="simple", steps=steps, batch_size=16, accumulate=k)
     runs = ranks[0]["runs"]
     for run in runs.values():
         torch.testing.assert_close(run["params"], single["params"])
@@ -72,9 +75,10 @@ def test_no_sync_accumulation_equals_one_process_and_all_reduces_once_per_step()
 def test_summarize_timeline_takes_medians_over_ranks_and_steps():
     def run(seconds, hidden):
         steps = [{"seconds": s, "backward": s / 2, "comm": s / 4, "hidden": h} for s, h in zip(seconds, hidden)]
-        return {"steps": steps, "comm_events": [(8, 0.0, 1.0)] * 3}
+        return {"steps": steps, "comm_events": [("all_reduce", 8, 0.0, 1.0)] * 3}
     ranks = [{"runs": {"v": run([0.1, 0.3], [0.2, 0.4])}}, {"runs": {"v": run([0.2, 0.9], [0.5, 0.6])}}]
-    s = dp.summarize_timeline(ranks)["v"]
+    s = summarize_timeline(ranks)["v"]
     assert s["buckets"] == 3
-    assert abs(s["step_ms"] - 300) < 1e-9 and abs(s["backward_ms"] - 150) < 1e-9  # upper median of 4
-    assert s["hidden"] == 0.5
+    # The median of 4 values is the mean of the middle two: (0.2 + 0.3) / 2 s.
+    assert abs(s["step_ms"] - 250) < 1e-9 and abs(s["backward_ms"] - 125) < 1e-9
+    assert abs(s["hidden"] - 0.45) < 1e-12

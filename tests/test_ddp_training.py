@@ -5,14 +5,14 @@ import pytest
 import torch
 
 import helpers
-from helpers import plots
+from helpers.displays import LiveLoss
 from helpers.recipes import ddp_mnist
 
 os.environ.setdefault("HELPERS_OFFLINE", "1")
 
 
 def test_live_loss_collects_every_record_and_draws_only_in_a_notebook():
-    live = plots.LiveLoss(every=0.0)
+    live = LiveLoss(every=0.0)
     for step in range(1, 6):
         live({"step": step, "total": 5, "loss": 1.0 / step})
     live({"step": 6, "total": 5, "accuracy": 0.9})  # no loss in it: ignored

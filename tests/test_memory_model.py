@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from helpers import theory
+from helpers import measure, theory
 from helpers.models import SimpleModel, WideMLP
 
 
@@ -26,7 +26,7 @@ def test_state_bytes_equal_the_real_tensors_after_a_step(optimizer, precision):
     opt = _one_step(model, optimizer, precision == "autocast")
     n = sum(p.numel() for p in model.parameters())
     formula = theory.model_state_bytes(n, optimizer, precision, n_tensors=len(list(model.parameters())))
-    measured = theory.measured_state_bytes(model, opt)
+    measured = measure.measured_state_bytes(model, opt)
     assert measured == {k: formula[k] for k in measured}
     assert ("autocast copies" in formula) == (precision == "autocast")
 
@@ -50,7 +50,7 @@ def test_mlp_activation_bytes_equal_what_autograd_saves(precision):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "autocast"):
             model(x)
 
-    saved = theory.saved_activation_bytes(model, forward)
+    saved = measure.saved_activation_bytes(model, forward)
     assert saved["activations"] == theory.mlp_activation_bytes(16, [784, 96, 96, 96, 10], precision)
     n = sum(p.numel() for p in model.parameters())
     if precision == "autocast":  # the copies autograd keeps are a subset of autocast's cache
@@ -61,7 +61,7 @@ def test_mlp_activation_bytes_equal_what_autograd_saves(precision):
 
 def test_the_articles_model_saves_its_input_and_hidden_layer():
     model, x = SimpleModel(), torch.randn(32, 1, 28, 28)
-    saved = theory.saved_activation_bytes(model, lambda: model(x))
+    saved = measure.saved_activation_bytes(model, lambda: model(x))
     assert saved["activations"] == 32 * (784 + 256) * 4
 
 
@@ -110,5 +110,5 @@ def test_advise_needs_a_sample_per_replica():
 
 def test_a_batch_sliced_from_the_data_set_counts_as_the_slice():
     model, data_set = SimpleModel(), torch.randn(500, 1, 28, 28)
-    saved = theory.saved_activation_bytes(model, lambda: model(data_set[:32]))
+    saved = measure.saved_activation_bytes(model, lambda: model(data_set[:32]))
     assert saved["activations"] == 32 * (784 + 256) * 4

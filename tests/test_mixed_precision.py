@@ -7,7 +7,11 @@ import torch
 from helpers import amp as mixed
 from helpers import theory
 from helpers.models import SimpleModel, WideMLP
-from helpers.recipes import mixed_precision as mp
+from helpers.measure import saved_bytes
+from helpers.models import widths
+from helpers.probes import precision as mp
+from helpers.recipes.mixed_precision import amp_resume
+from helpers.training import train_step
 
 CPU = torch.device("cpu")
 
@@ -16,9 +20,9 @@ CPU = torch.device("cpu")
 @pytest.mark.parametrize("batch", [1, 8, 100])
 def test_saved_bytes_formula_matches_autograd(make, batch):
     model = make()
-    w = mp.widths(model)
-    assert mp.saved_bytes(model, batch, None, CPU) == theory.mlp_activation_bytes(batch, w, "fp32")
-    assert mp.saved_bytes(model, batch, torch.bfloat16, CPU) == theory.autocast_saved_bytes(batch, w)
+    w = widths(model)
+    assert saved_bytes(model, batch, None, CPU) == theory.mlp_activation_bytes(batch, w, "fp32")
+    assert saved_bytes(model, batch, torch.bfloat16, CPU) == theory.autocast_saved_bytes(batch, w)
 
 
 def test_break_even_batch_is_where_autocast_starts_saving():
@@ -92,7 +96,7 @@ def test_amp_step_keeps_master_weights_fp32_and_learns():
     scaler = mixed.grad_scaler(CPU)
     assert not scaler.is_enabled() and scaler.state_dict() == {}  # bfloat16 on the CPU: no scaler
     x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
-    losses = [mp.amp_step(model, opt, scaler, x, y, torch.bfloat16) for _ in range(20)]
+    losses = [train_step(model, opt, x, y, scaler, torch.bfloat16) for _ in range(20)]
     assert losses[-1] < losses[0] / 2
     assert all(p.dtype == p.grad.dtype == torch.float32 for p in model.parameters())
 
@@ -104,7 +108,7 @@ def test_step_times_reports_each_dtype():
 
 def test_amp_resume_is_exact_only_with_the_scaler_state(tmp_path):
     import helpers
-    res = helpers.launch(mp.amp_resume, nprocs=2, path=str(tmp_path / "amp.pt"), epochs=2, stop_at=1,
+    res = helpers.launch(amp_resume, nprocs=2, path=str(tmp_path / "amp.pt"), epochs=2, stop_at=1,
                          show=None, timeout=120)
     a = res[0]
     assert a["saved_scaler"] == a["scaler_on_disk"] == a["loaded_scaler"] and a["saved_scaler"]["scale"] > 0

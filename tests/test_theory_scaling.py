@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import helpers
-from helpers import data, theory
+from helpers import data, theory, training
 from helpers.recipes import collectives, scaling
 
 
@@ -105,7 +105,7 @@ def test_ddp_step_time_with_and_without_overlap():
 
 
 def test_diagnose_tells_compute_from_communication():
-    args = dict(n_params=203_530, t_per_sample=12e-6, p=2, alpha=150e-6, beta=1 / 1.2e9, t_fixed=0.3e-3)
+    args = dict(n_params=203_530, t_per_sample=12e-6, p=2, step_latency=150e-6, seconds_per_byte=1 / 1.2e9, t_fixed=0.3e-3)
     small, big = theory.diagnose(per_rank_batch=8, **args), theory.diagnose(per_rank_batch=1024, **args)
     assert small.bound == "communication" and big.bound == "compute"
     assert small.speedup < 1 < big.speedup < 2
@@ -114,7 +114,7 @@ def test_diagnose_tells_compute_from_communication():
     assert big.advice and "compute-bound" in big.advice[0]
     hidden = theory.diagnose(per_rank_batch=8, overlappable=1.0, **args)
     assert hidden.step == pytest.approx(hidden.t_compute) and hidden.speedup == pytest.approx(2.0)
-    latency = theory.diagnose(per_rank_batch=8, **{**args, "n_params": 100, "alpha": 1e-3})
+    latency = theory.diagnose(per_rank_batch=8, **{**args, "n_params": 100, "step_latency": 1e-3})
     assert "latency-bound" in latency.advice[0]
 
 
@@ -128,9 +128,9 @@ def test_repeats_scale_with_the_message_and_spread_over_the_rounds():
 
 
 def test_medians_over_steps():
-    rows = [dict.fromkeys(scaling.PHASES, v) for v in (1.0, 2.0, 30.0)]
+    rows = [dict.fromkeys(training.PHASES, v) for v in (1.0, 2.0, 30.0)]
     m = scaling.medians(rows)
-    assert m["data"] == 2.0 and m["step"] == pytest.approx(2.0 * len(scaling.PHASES))
+    assert m["data"] == 2.0 and m["step"] == pytest.approx(2.0 * len(training.PHASES))
 
 
 def test_allreduce_sweep_in_two_processes():
@@ -144,12 +144,12 @@ def test_allreduce_sweep_in_two_processes():
 def test_scaling_sweep_times_every_p_in_one_job():
     train = data.load(train=True)
     r0 = helpers.launch(scaling.scaling_sweep, nprocs=2, threads=1, show=None, ps=[1, 2],
-                        global_batches=[64], rounds=2, steps=2, warmup=1, dataset=train)[0]
+                        global_sizes=[64], rounds=2, steps=2, warmup=1, dataset=train)[0]
     assert r0["threads"] == 1 and r0["facts"]["grad_bytes"] == 814_120 and r0["facts"]["buckets"] == 1
     assert sorted((r["round"], r["p"]) for r in r0["runs"]) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     for r in r0["runs"]:
         assert r["per_rank_batch"] == 64 // r["p"]
-        assert all(r[ph] >= 0 for ph in scaling.PHASES) and r["step"] > 0
+        assert all(r[ph] >= 0 for ph in training.PHASES) and r["step"] > 0
         assert r["comm"] > 0  # the timed hook ran
 
 

@@ -13,13 +13,13 @@ ceiling for any transfer between processes on one host::
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
 from helpers.dist import distributed, report
+from helpers.training import median
 
 KB, MB = 1024, 1024 ** 2
 SIZES = [4 * KB * 4 ** i for i in range(8)]  # 4 KB, 16 KB, ... 64 MB
@@ -70,7 +70,7 @@ def copy_bandwidth(nbytes: int = 64 * MB, repeats: int = 7, device: torch.device
         dst.copy_(src)
         _sync(device)
         times.append(time.perf_counter() - start)
-    return nbytes / statistics.median(times)
+    return nbytes / median(times)
 
 
 def allreduce_sweep(sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repeats: int = 7,

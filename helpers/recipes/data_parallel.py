@@ -8,7 +8,8 @@ trains on the whole global batch::
 
     helpers.launch(train, nprocs=2, mode="naive")                      # in a notebook
     torchrun --standalone --nproc-per-node 2 -m helpers.run data_parallel.train --mode ddp
-    python -m helpers.run data_parallel.train_single --world_size 2    # the one-process baseline
+
+The one-process baselines they are checked against are ``helpers.probes.data_parallel``.
 """
 from __future__ import annotations
 
@@ -23,15 +24,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from helpers import data
+from helpers import data, models
+from helpers.analysis import hidden_fraction
 from helpers.dist import distributed, report
 from helpers.models import SimpleModel, WideMLP
-
-MODELS = {"simple": SimpleModel, "wide": lambda: WideMLP(512, 4)}
-
-
-def flat_params(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+from helpers.training import Timeline, flat_params, turns
 
 
 # --- Step 1: replicate -------------------------------------------------------------------
@@ -70,29 +67,6 @@ def shard_indices(n: int = 10, epochs: int = 2, seed: int = 0) -> dict:
         return {"rank": ctx.rank, "set_epoch": with_epoch, "no_set_epoch": without_epoch}
 
 
-def global_batches(n: int, world_size: int, batch_size: int, steps: int, seed: int = 0) -> list:
-    """Indices each rank trains on at each step (steps x ranks x batch_size), computed in one process.
-
-    Exactly what DistributedSampler (shuffled, ``set_epoch`` every epoch) feeds a
-    ``DataLoader(drop_last=True)`` on each rank, so one step's global batch is the
-    concatenation over ranks. Only full batches: equal sizes keep the mean of the
-    ranks' mean losses equal to the mean over the global batch.
-    """
-    if -(-n // world_size) < batch_size:
-        raise ValueError(f"{n} samples over {world_size} ranks make no full batch of {batch_size}")
-    out, epoch = [], 0
-    while len(out) < steps:
-        per_rank = []
-        for rank in range(world_size):
-            sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, seed=seed)
-            sampler.set_epoch(epoch)
-            idx = list(sampler)
-            per_rank.append([idx[i:i + batch_size] for i in range(0, len(idx) - batch_size + 1, batch_size)])
-        out += [list(step) for step in zip(*per_rank)]
-        epoch += 1
-    return out[:steps]
-
-
 def _rank_batches(ctx, batch_size: int, steps: int, seed: int):
     """This rank's batches, epoch after epoch, as the article builds them (plus each sample's index)."""
     x, y = data.load(train=True).tensors
@@ -114,7 +88,7 @@ def _rank_batches(ctx, batch_size: int, steps: int, seed: int):
 
 # --- Steps 3 and 4: gradients, then their average ----------------------------------------
 
-def allreduce_gradients(model: nn.Module, world_size: int, log: list | None = None) -> None:
+def allreduce_gradients(model: nn.Module, world_size: int, log: Timeline | None = None) -> None:
     """The naive step 4: after backward, sum each gradient over the ranks, then divide.
 
     One blocking all_reduce per tensor, started only once the whole backward is done.
@@ -124,14 +98,14 @@ def allreduce_gradients(model: nn.Module, world_size: int, log: list | None = No
         dist.all_reduce(p.grad)  # SUM over ranks, in place
         p.grad /= world_size
         if log is not None:
-            log.append((p.grad.numel() * p.grad.element_size(), start, time.perf_counter()))
+            log.record("all_reduce", p.grad.numel() * p.grad.element_size(), start, time.perf_counter())
 
 
 def train(mode: str = "ddp", model: str = "simple", steps: int = 20, batch_size: int = 32,
           lr: float = 0.05, seed: int = 0) -> dict:
     """Data-parallel SGD with step 4 done by hand (``mode="naive"``) or by DDP (``mode="ddp"``)."""
     with distributed(seed) as ctx:
-        module = MODELS[model]().to(ctx.device)  # the same seed on every rank...
+        module = models.build(model).to(ctx.device)  # the same seed on every rank...
         if mode == "naive":
             for p in module.parameters():
                 dist.broadcast(p.data, src=0)  # ...but step 1 does not rely on it
@@ -158,86 +132,23 @@ def train(mode: str = "ddp", model: str = "simple", steps: int = 20, batch_size:
                 "params": flat_params(module)}
 
 
-def _train_global(net: nn.Module, device, world_size: int, steps: int, batch_size: int, lr: float,
-                  seed: int, accumulate: int = 1) -> list[float]:
-    """SGD in one process, each update on the global batch: ``accumulate`` steps of every rank's batch."""
-    x, y = data.load(train=True).tensors
-    criterion = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
-    plan = global_batches(len(y), world_size, batch_size, steps * accumulate, seed)
-    losses = []
-    for step in range(steps):
-        idx = torch.tensor([i for per_rank in plan[step * accumulate:(step + 1) * accumulate]
-                            for batch in per_rank for i in batch])
-        loss = criterion(net(x[idx].to(device)), y[idx].to(device))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
-def train_single(world_size: int = 2, model: str = "simple", steps: int = 20, batch_size: int = 32,
-                 lr: float = 0.05, seed: int = 0, accumulate: int = 1, device: str = "cpu") -> dict:
-    """The baseline: one process, no communication, the same global batches in the same order."""
-    torch.manual_seed(seed)  # what distributed(seed) does in every rank before building the model
-    module = MODELS[model]().to(device)
-    losses = _train_global(module, device, world_size, steps, batch_size, lr, seed, accumulate)
-    return {"losses": losses, "params": flat_params(module)}
-
-
-def train_dataparallel(steps: int = 20, batch_size: int = 32, lr: float = 0.05, seed: int = 0) -> dict:
-    """The article's DP row: ``nn.DataParallel``, ONE process driving every visible GPU with threads.
-
-    Each forward splits the batch over the GPUs, copies the model from cuda:0 to
-    each of them (every step), runs the copies in threads and gathers the outputs
-    on cuda:0; the backward sums the gradients onto cuda:0's parameters. Needs 2+
-    GPUs. Trains on the same global batches as ``train_single(world_size=2)``.
-    """
-    gpus = torch.cuda.device_count()
-    if gpus < 2:
-        raise RuntimeError(f"nn.DataParallel needs 2 or more GPUs; this machine has {gpus}")
-    torch.manual_seed(seed)
-    module = SimpleModel().to("cuda:0")
-    losses = _train_global(nn.DataParallel(module), "cuda:0", 2, steps, batch_size, lr, seed)
-    return {"gpus": gpus, "losses": losses, "params": flat_params(module)}
-
-
 # --- What DDP adds: buckets, overlap, no_sync --------------------------------------------
 
-class CommLog:
-    """DDP's default communication (average each bucket with one all_reduce), with a stopwatch.
+def logged_allreduce_hook(log: Timeline, bucket):  # unannotated bucket: DDP checks annotations
+    """DDP's default communication (average each bucket with one all_reduce), noted in ``log``.
 
-    ``ddp.register_comm_hook(None, log.hook)``; each bucket adds (bytes, launched, done)
-    to ``events``, in ``time.perf_counter`` seconds (CLOCK_MONOTONIC: one clock for all ranks).
-    These are host times: with gloo they are when the transfer ran; with NCCL on a GPU they
-    are when the work was queued and seen done, and ``torch.profiler`` gives the device's view.
+    ``ddp.register_comm_hook(timeline, logged_allreduce_hook)``; each bucket adds a span
+    ("all_reduce", bytes, launched, done) in ``time.perf_counter`` seconds. These are host
+    times: with gloo they are when the transfer ran; with NCCL on a GPU they are when the
+    work was queued and seen done, and ``torch.profiler`` gives the device's view.
     """
+    start, nbytes = time.perf_counter(), bucket.buffer().numel() * bucket.buffer().element_size()
 
-    def __init__(self):
-        self.events: list[tuple[int, float, float]] = []
+    def done(fut):
+        log.record("all_reduce", nbytes, start, time.perf_counter())
+        return fut.value()
 
-    def hook(self, state, bucket):
-        start, nbytes = time.perf_counter(), bucket.buffer().numel() * bucket.buffer().element_size()
-
-        def done(fut):
-            self.events.append((nbytes, start, time.perf_counter()))
-            return fut.value()
-
-        return default_hooks.allreduce_hook(state, bucket).then(done)
-
-
-def hidden_fraction(intervals: list[tuple[float, float]], compute_end: float) -> float:
-    """Share of the communication time (union of intervals) spent before the backward's compute ended."""
-    merged: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    total = sum(b - a for a, b in merged)
-    hidden = sum(max(0.0, min(b, compute_end) - a) for a, b in merged)
-    return hidden / total if total else 0.0
+    return default_hooks.allreduce_hook(None, bucket).then(done)
 
 
 def timeline(caps: tuple = (0.5, 2, 8, 32), steps: int = 6, warmup: int = 2, width: int = 512,
@@ -261,9 +172,9 @@ def timeline(caps: tuple = (0.5, 2, 8, 32), steps: int = 6, warmup: int = 2, wid
                 module, DDP(module, device_ids=ctx.device_ids, bucket_cap_mb=cap))
         runs = {}
         for name, (module, ddp) in variants.items():
-            log = CommLog()
+            log = Timeline()
             if ddp is not None:
-                ddp.register_comm_hook(None, log.hook)
+                ddp.register_comm_hook(log, logged_allreduce_hook)
             ready: list[float] = []
             for p in module.parameters():
                 p.register_post_accumulate_grad_hook(lambda p, ready=ready: ready.append(time.perf_counter()))
@@ -272,9 +183,9 @@ def timeline(caps: tuple = (0.5, 2, 8, 32), steps: int = 6, warmup: int = 2, wid
         criterion = nn.CrossEntropyLoss()
         names = list(runs)
         for step in range(warmup + steps):
-            for name in names[step % len(names):] + names[:step % len(names)]:  # rotate the order
+            for name in turns(names, step):
                 r = runs[name]
-                r["log"].events.clear()
+                r["log"].spans.clear()
                 r["ready"].clear()
                 dist.barrier()  # every variant's step starts together on all ranks
                 t = {"start": time.perf_counter()}
@@ -284,45 +195,24 @@ def timeline(caps: tuple = (0.5, 2, 8, 32), steps: int = 6, warmup: int = 2, wid
                 loss.backward()
                 t["backward"] = time.perf_counter()
                 if name == "naive":
-                    allreduce_gradients(r["module"], ctx.world_size, r["log"].events)
+                    allreduce_gradients(r["module"], ctx.world_size, r["log"])
                 t["comm"] = time.perf_counter()
                 r["opt"].step()
                 t["end"] = time.perf_counter()
-                events, compute_end = r["log"].events, max(r["ready"])  # backward compute ends at the last grad
+                events, compute_end = r["log"].spans, max(r["ready"])  # backward compute ends at the last grad
                 if step >= warmup:
                     r["steps"].append({"seconds": t["end"] - t["start"], "backward": compute_end - t["forward"],
-                                       "comm": sum(b - a for _, a, b in events),
-                                       "hidden": hidden_fraction([(a, b) for _, a, b in events], compute_end)})
-                r["last"] = {**t, "ready": list(r["ready"]), "comm_events": list(r["log"].events)}
+                                       "comm": sum(b - a for *_, a, b in events),
+                                       "hidden": hidden_fraction([(a, b) for *_, a, b in events], compute_end)})
+                r["last"] = {**t, "ready": list(r["ready"]), "comm_events": list(events)}
             report(step + 1, warmup + steps)
         n_params = sum(p.numel() for p in base.parameters())
         return {"rank": ctx.rank, "grad_bytes": 4 * n_params, "steps": steps,
                 "runs": {name: {"steps": r["steps"], **r["last"]} for name, r in runs.items()}}
 
 
-def summarize_timeline(ranks: list[dict]) -> dict[str, dict[str, float]]:
-    """Per variant of ``timeline``: medians over all ranks' timed steps of the step time, of the
-    backward's compute (forward end to last gradient), of the time inside all_reduces and of
-    the share of it hidden in the backward; and the bucket count of the last step."""
-    def median(runs, key):
-        xs = sorted(step[key] for run in runs for step in run["steps"])
-        return xs[len(xs) // 2]
-
-    out = {}
-    for name in ranks[0]["runs"]:
-        runs = [r["runs"][name] for r in ranks]
-        out[name] = {
-            "step_ms": 1e3 * median(runs, "seconds"),
-            "backward_ms": 1e3 * median(runs, "backward"),
-            "buckets": len(runs[0]["comm_events"]),
-            "comm_ms": 1e3 * median(runs, "comm"),
-            "hidden": median(runs, "hidden"),
-        }
-    return out
-
-
 def accumulate(micro_batches: int = 4, steps: int = 6, batch_size: int = 16, lr: float = 0.05,
-               model: str = "wide", seed: int = 0) -> dict:
+               model: str = "wide-512x4", seed: int = 0) -> dict:
     """Gradient accumulation over ``micro_batches`` with ``no_sync`` against syncing every micro-batch.
 
     Two DDP copies of one model train side by side on the same batches; each
@@ -330,22 +220,22 @@ def accumulate(micro_batches: int = 4, steps: int = 6, batch_size: int = 16, lr:
     accumulated gradient is the mean over the whole accumulated global batch.
     """
     with distributed(seed) as ctx:
-        base = MODELS[model]().to(ctx.device)
+        base = models.build(model).to(ctx.device)
         runs = {}
         for name in ("no_sync", "every micro-batch"):
             module = copy.deepcopy(base)
             ddp = DDP(module, device_ids=ctx.device_ids)
-            log = CommLog()
-            ddp.register_comm_hook(None, log.hook)
+            log = Timeline()
+            ddp.register_comm_hook(log, logged_allreduce_hook)
             runs[name] = {"ddp": ddp, "module": module, "log": log, "seconds": [], "calls": [], "bytes": [],
                           "comm_s": [], "opt": torch.optim.SGD(ddp.parameters(), lr=lr)}
         criterion = nn.CrossEntropyLoss()
         batches = list(_rank_batches(ctx, batch_size, steps * micro_batches, seed))
         for step in range(steps):
             micro = batches[step * micro_batches:(step + 1) * micro_batches]
-            for name in (list(runs) if step % 2 else list(runs)[::-1]):  # alternate who goes first
+            for name in turns(list(runs), step + 1):  # who goes first alternates
                 r = runs[name]
-                r["log"].events.clear()
+                r["log"].spans.clear()
                 dist.barrier()
                 start = time.perf_counter()
                 r["opt"].zero_grad()
@@ -358,9 +248,10 @@ def accumulate(micro_batches: int = 4, steps: int = 6, batch_size: int = 16, lr:
                         loss.backward()
                 r["opt"].step()
                 r["seconds"].append(time.perf_counter() - start)
-                r["calls"].append(len(r["log"].events))
-                r["bytes"].append(sum(nbytes for nbytes, _, _ in r["log"].events))
-                r["comm_s"].append(sum(b - a for _, a, b in r["log"].events))
+                spans = r["log"].spans
+                r["calls"].append(len(spans))
+                r["bytes"].append(sum(nbytes for _, nbytes, _, _ in spans))
+                r["comm_s"].append(sum(b - a for *_, a, b in spans))
             report(step + 1, steps)
         return {"rank": ctx.rank, "micro_batches": micro_batches,
                 "runs": {name: {k: r[k] for k in ("seconds", "calls", "bytes", "comm_s")}

@@ -6,8 +6,9 @@ Runs unchanged as one process, from a notebook cell, or under torchrun::
     torchrun --nproc-per-node 8 -m helpers.run ddp_mnist.train --epochs 3
     python -m helpers.run ddp_mnist.train                      # one plain process
 
-Below ``train`` sit the article's own setup lines, kept so that chapter 5.1 can
-run them and show what goes wrong (``run_article_setup``, ``failure_leftovers``).
+Below ``train`` sit the rank-side runs of the article's own setup
+(``helpers.article.article_setup``), so that chapter 5.1 can show what goes wrong
+(``run_article_setup``, ``failure_leftovers``).
 """
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from helpers import amp as mixed
-from helpers import data
+from helpers import amp, data
+from helpers.article import article_setup
 from helpers.dist import distributed, report
 from helpers.models import SimpleModel
+from helpers.training import snapshot, train_step
 
 
 def evaluate(model: nn.Module, device: torch.device, rank: int, world_size: int) -> float:
@@ -44,19 +46,20 @@ def evaluate(model: nn.Module, device: torch.device, rank: int, world_size: int)
 
 
 def train(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, log_every: int = 10,
-          seed: int = 0, amp: bool = False) -> dict:
+          seed: int = 0, use_amp: bool = False) -> dict:
     """Train ``SimpleModel`` with DDP; return rank-local measurements and the final weights.
 
-    ``amp=True`` is the article's section 5.2: autocast plus GradScaler (see ``helpers.amp``).
+    ``use_amp=True`` is the article's section 5.2: autocast plus GradScaler (``helpers.amp``).
     """
     with distributed(seed) as ctx:
         # Every rank says where it runs: under torchrun on many nodes, RANK and LOCAL_RANK differ.
         print(f"rank {ctx.rank} of {ctx.world_size}: LOCAL_RANK {ctx.local_rank}, "
               f"device {ctx.device}, backend {ctx.backend}", flush=True)
         model = DDP(SimpleModel().to(ctx.device), device_ids=ctx.device_ids)
-        criterion = nn.CrossEntropyLoss()
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        scaler = mixed.grad_scaler(ctx.device, enabled=amp)
+        # The article's section 5.2 (use_amp=True): autocast, and a GradScaler where float16 needs one.
+        dtype = amp.autocast_dtype(ctx.device) if use_amp else None
+        scaler = amp.grad_scaler(ctx.device, enabled=use_amp)
         dataset = data.load(train=True)
         sampler = DistributedSampler(dataset, num_replicas=ctx.world_size, rank=ctx.rank, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
@@ -68,14 +71,9 @@ def train(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, log_every: in
             for batch_idx, (x, target) in enumerate(loader):
                 t0 = time.perf_counter()
                 x, target = x.to(ctx.device), target.to(ctx.device)
-                with mixed.autocast(ctx.device, enabled=amp):
-                    loss = criterion(model(x), target)
-                optimizer.zero_grad()
-                scaler.scale(loss).backward()  # DDP all-reduces the gradients here
-                scaler.step(optimizer)  # skips the step if a gradient overflowed
-                scaler.update()
-                step += 1
-                losses.append(loss.item())  # .item() waits for the device: the step is done
+                # forward, then backward, in which DDP all-reduces the gradients, then the update
+                losses.append(train_step(model, optimizer, x, target, scaler, dtype))
+                step += 1  # the loss's .item() waited for the device: the step is done
                 step_seconds.append(time.perf_counter() - t0)
                 report(step, total, loss=losses[-1], epoch=epoch)
                 if ctx.is_main and batch_idx % log_every == 0:
@@ -91,19 +89,11 @@ def train(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, log_every: in
             "step_seconds": step_seconds,  # the loop's work per step, without the data loader
             "losses": losses, "accuracy": accuracy,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "state": {k: v.detach().cpu().clone() for k, v in model.module.state_dict().items()},
+            "state": snapshot(model),
         }
 
 
-# --- The article's setup, as written, for chapter 5.1 to run -------------------------------
-
-def article_setup() -> tuple[int, int]:
-    """The article's ``setup()``, verbatim: NCCL unconditionally."""
-    rank = int(os.environ['RANK'])
-    world_size = int(os.environ['WORLD_SIZE'])
-    dist.init_process_group("nccl")
-    return rank, world_size
-
+# --- The article's setup, run in N ranks, for chapter 5.1 -------------------------------
 
 def run_article_setup() -> dict:
     """The article's first lines of ``train()``: its setup, then the global RANK as the GPU index."""

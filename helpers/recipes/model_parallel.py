@@ -2,15 +2,16 @@
 
 Three versions, each a small step from the one before:
 
-* ``ModelParallelModel``: the article's class. Its layers sit on two devices of ONE
-  process (``cuda:0`` and ``cuda:1``); the forward moves the activations across, and
-  autograd moves their gradients back. It needs two GPUs to split anything.
+* ``helpers.article.ModelParallelModel``: the article's class. Its layers sit on two
+  devices of ONE process (``cuda:0`` and ``cuda:1``); the forward moves the activations
+  across, and autograd moves their gradients back. It needs two GPUs to split anything.
 * ``naive_step``: the same cut across processes, one stage per rank. The forward
   sends activations to the next rank, the backward sends their gradients back. One
   stage works while the others wait, so each is busy about 1/p of the time.
 * ``gpipe_step``: the batch cut into m micro-batches, all forwards, then all
   backwards (GPipe). Stages now work at the same time, and the idle "bubble"
   shrinks to (p - 1) / (m + p - 1) of the step (``helpers.theory.bubble_fraction``).
+  ``helpers.analysis.summarize_schedules`` reads the busy fractions off the spans.
 
 Launch from a cell, or under the torchrun CLI::
 
@@ -20,7 +21,6 @@ Launch from a cell, or under the torchrun CLI::
 """
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
@@ -28,72 +28,24 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import data
+from helpers.data import first_batch
 from helpers.dist import distributed, report
-from helpers.models import ThreeLayerMLP, param_bytes
-
-
-class ModelParallelModel(nn.Module):
-    """The article's class (its section 5.3), with its two devices passed in.
-
-    The article hard-codes ``'cuda:0'`` and ``'cuda:1'``. As arguments, several
-    processes can each own a different pair of GPUs, and the class also runs with
-    both devices ``'cpu'``: the same arithmetic, with nothing moved.
-    """
-
-    def __init__(self, dev0: str = "cuda:0", dev1: str = "cuda:1"):
-        super().__init__()
-        self.dev0, self.dev1 = torch.device(dev0), torch.device(dev1)
-        self.layer1 = nn.Linear(784, 256).to(self.dev0)  # first layer on device 0
-        self.layer2 = nn.Linear(256, 128).to(self.dev1)  # second and third on device 1
-        self.layer3 = nn.Linear(128, 10).to(self.dev1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.layer1(x.flatten(1).to(self.dev0)))
-        x = x.to(self.dev1)  # the device boundary; in backward, autograd copies the gradient back
-        x = torch.relu(self.layer2(x))
-        return self.layer3(x)  # on dev1: the target must be there too
-
-
-def first_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``batch_size`` training images and labels: the same batch in every process."""
-    x, y = data.load(train=True).tensors
-    return x[:batch_size], y[:batch_size]
-
-
-def forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
-    """One forward and backward of a whole model in this process: outputs, loss and gradients."""
-    model.zero_grad(set_to_none=True)
-    out = model(x)
-    loss = F.cross_entropy(out, y.to(out.device))  # the labels go where the output is
-    loss.backward()
-    return {"out": out.detach().cpu(), "loss": loss.item(),
-            "grads": {n: p.grad.cpu() for n, p in model.named_parameters()},
-            "devices": {n: str(p.device) for n, p in model.named_parameters()}}
-
-
-class Timeline:
-    """One rank's compute spans ``(kind, micro_batch, start, end)`` in seconds.
-
-    ``time.perf_counter`` reads the host's monotonic clock, which every process on
-    the host shares, so spans from different ranks line up on one time axis.
-    """
-
-    def __init__(self):
-        self.spans: list[tuple[str, int, float, float]] = []
-
-    @contextlib.contextmanager
-    def span(self, kind: str, micro_batch: int = 0):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.spans.append((kind, micro_batch, start, time.perf_counter()))
+from helpers.models import ThreeLayerMLP, balanced_mlp, linear_macs, param_bytes
+from helpers.probes.model_parallel import forward_backward
+from helpers.training import Timeline, median
 
 
 def _input_width(stage: nn.Module) -> int:
     """What a stage receives per sample: the input size of its first Linear layer."""
     return next(m for m in stage.modules() if isinstance(m, nn.Linear)).in_features
+
+
+def receive_activations(stage: nn.Module, n: int, src: int, tag: int = 0) -> torch.Tensor:
+    """Wait for ``n`` samples' activations from the previous stage, as a leaf that wants its gradient:
+    backward then computes d(loss)/d(input), which the previous stage needs."""
+    inp = torch.empty(n, _input_width(stage), device=next(stage.parameters()).device)
+    dist.recv(inp, src=src, tag=tag)
+    return inp.requires_grad_()
 
 
 def naive_step(stage: nn.Module, x: torch.Tensor, y: torch.Tensor, prev_rank: int | None,
@@ -110,12 +62,7 @@ def naive_step(stage: nn.Module, x: torch.Tensor, y: torch.Tensor, prev_rank: in
     timeline = timeline or Timeline()
     device = next(stage.parameters()).device
     # Forward: take the images, or wait for the previous stage's activations.
-    if prev_rank is None:
-        inp = x.to(device)
-    else:
-        inp = torch.empty(len(y), _input_width(stage), device=device)
-        dist.recv(inp, src=prev_rank)
-        inp.requires_grad_()  # so backward computes d(loss)/d(inp), which the previous stage needs
+    inp = x.to(device) if prev_rank is None else receive_activations(stage, len(y), prev_rank)
     with timeline.span("F"):
         out = stage(inp)
         loss = F.cross_entropy(out, y.to(device)) if next_rank is None else None
@@ -152,12 +99,7 @@ def gpipe_step(stage: nn.Module, x: torch.Tensor, y: torch.Tensor, prev_rank: in
     xs = x.chunk(micro_batches) if first else [None] * len(ys)
     inputs, outputs, losses, sends = [], [], [], []
     for i, (xi, yi) in enumerate(zip(xs, ys)):
-        if first:
-            inp = xi.to(device)
-        else:
-            inp = torch.empty(len(yi), _input_width(stage), device=device)
-            dist.recv(inp, src=prev_rank, tag=i)
-            inp.requires_grad_()
+        inp = xi.to(device) if first else receive_activations(stage, len(yi), prev_rank, tag=i)
         with timeline.span("F", i):
             out = stage(inp)
             if last:
@@ -222,34 +164,6 @@ def split_step(batch_size: int = 64, micro_batches: tuple[int, ...] | list[int] 
                 "boundary_bytes": out.numel() * out.element_size() if ctx.rank == 0 else None}
 
 
-def balanced_mlp(p: int, width: int = 784, layers_per_stage: int = 2) -> nn.Sequential:
-    """An MLP of ``p`` stages with equal work, for timing schedules; ``model[s]`` is stage s.
-
-    The article's model is lopsided (its first stage does about 85% of the arithmetic,
-    see ``linear_macs``), which would hide the schedule behind the imbalance. Here each
-    stage is ``layers_per_stage`` Linear(width, width) layers; width 784 takes the
-    image's pixels directly, and the last stage adds a small 10-way head.
-    """
-    stages = []
-    for s in range(p):
-        layers: list[nn.Module] = [nn.Flatten(1)] if s == 0 else []
-        for i in range(layers_per_stage):
-            layers += [nn.Linear(784 if s == i == 0 else width, width), nn.ReLU()]
-        if s == p - 1:
-            layers.append(nn.Linear(width, 10))
-        stages.append(nn.Sequential(*layers))
-    return nn.Sequential(*stages)
-
-
-def linear_macs(module: nn.Module) -> int:
-    """Multiply-adds per sample in a module's Linear layers: the work of an MLP stage."""
-    return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
-
-
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def _paired_times(model: nn.Module, stage: nn.Module, x, y, prev_rank, next_rank, rank: int,
                   steps: int) -> tuple[float, float] | None:
     """Median seconds of a naive step and of the unsplit model's step, taken in turns.
@@ -270,7 +184,7 @@ def _paired_times(model: nn.Module, stage: nn.Module, x, y, prev_rank, next_rank
             start = time.perf_counter()
             forward_backward(model, x, y)
             unsplit.append(time.perf_counter() - start)
-    return (_median(naive), _median(unsplit)) if rank == 0 else None
+    return (median(naive), median(unsplit)) if rank == 0 else None
 
 
 def schedule_timeline(micro_batches: tuple[int, ...] | list[int] = (1,), steps: int = 4,
@@ -309,31 +223,3 @@ def schedule_timeline(micro_batches: tuple[int, ...] | list[int] = (1,), steps: 
                 "naive_vs_unsplit_s": paired,  # (naive step, unsplit step), rank 0 only
                 "threads": torch.get_num_threads(), "stage_macs": linear_macs(stage),
                 "stage_bytes": param_bytes(stage), "model_bytes": param_bytes(model)}
-
-
-def window(stage_spans: list[list[tuple]]) -> tuple[float, float]:
-    """The common time window of a schedule: first span's start to last span's end, over all stages."""
-    return (min(s[2] for spans in stage_spans for s in spans),
-            max(s[3] for spans in stage_spans for s in spans))
-
-
-def utilization(stage_spans: list[list[tuple]]) -> list[float]:
-    """Each stage's busy fraction of the common window."""
-    start, end = window(stage_spans)
-    return [sum(s[3] - s[2] for s in spans) / (end - start) for spans in stage_spans]
-
-
-def overlap_seconds(a: list[tuple], b: list[tuple]) -> float:
-    """How long two stages computed at the same moment (0 in naive model parallelism)."""
-    return sum(max(0.0, min(x[3], y[3]) - max(x[2], y[2])) for x in a for y in b)
-
-
-def summarize(ranks: list[dict]) -> dict:
-    """Per schedule: utilization of each stage, step time, and the stages' overlap."""
-    out = {}
-    for m in ranks[0]["runs"]:
-        spans = [r["runs"][m] for r in ranks]
-        start, end = window(spans)
-        out[m] = {"utilization": utilization(spans), "step_s": (end - start) / ranks[0]["steps"],
-                  "overlap_s": sum(overlap_seconds(spans[i], spans[i + 1]) for i in range(len(spans) - 1))}
-    return out

@@ -7,14 +7,13 @@ both can be read off one grid of (p, G). Threads per rank are fixed by the
 caller (``launch(..., threads=1)``): if one rank got two cores and two ranks
 one each, a speedup would measure the thread split, not the parallelism::
 
-    helpers.launch(scaling_sweep, nprocs=4, threads=1, ps=[1, 2, 4], global_batches=[640],
+    helpers.launch(scaling_sweep, nprocs=4, threads=1, ps=[1, 2, 4], global_sizes=[640],
                    per_rank_batches=[320])
     torchrun --standalone --nproc-per-node 8 -m helpers.run scaling.scaling_sweep \\
-             --ps "[1, 2, 4, 8]" --global-batches "[640, 1280]"
+             --ps "[1, 2, 4, 8]" --global-sizes "[640, 1280]"
 """
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -23,38 +22,16 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from helpers import data
+from helpers import data, models
 from helpers.dist import distributed, report
-from helpers.models import SimpleModel, WideMLP, param_bytes
-
-PHASES = ("data", "forward", "backward", "comm", "optimizer")
-
-
-class PhaseClock:
-    """Splits each step's wall time into named phases; on a GPU it waits for the device first."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.step = dict.fromkeys(PHASES, 0.0)
-        self._last = time.perf_counter()
-
-    def start(self) -> None:
-        self.step = dict.fromkeys(PHASES, 0.0)
-        self._last = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        """Charge the time since the previous lap to ``phase``."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # else we would time kernel launches, not kernels
-        now = time.perf_counter()
-        self.step[phase] += now - self._last
-        self._last = now
+from helpers.models import n_params, param_bytes
+from helpers.training import PHASES, Timeline, median
 
 
 def timed_allreduce_hook(state, bucket):  # unannotated: DDP checks annotations, and this module's are strings
     """DDP's default gradient averaging, made blocking so that its time is this rank's to measure.
 
-    ``state`` is (PhaseClock, process group). DDP normally launches each bucket's
+    ``state`` is (Timeline, process group). DDP normally launches each bucket's
     all_reduce asynchronously and overlaps it with the rest of backward; this hook
     waits for it instead, and charges the wait to ``comm`` rather than ``backward``.
     """
@@ -67,11 +44,6 @@ def timed_allreduce_hook(state, bucket):  # unannotated: DDP checks annotations,
     fut = torch.futures.Future()
     fut.set_result(buf)
     return fut
-
-
-def build_model(name: str) -> nn.Module:
-    """'simple': the article's SimpleModel (0.8 MB of gradients); 'wide': WideMLP(1024, 4) (12 MB)."""
-    return SimpleModel() if name == "simple" else WideMLP(width=1024, depth=4)
 
 
 class Trainer:
@@ -87,10 +59,10 @@ class Trainer:
         self.device = torch.device("cuda", torch.cuda.current_device()) \
             if dist.get_backend(group) == "nccl" else torch.device("cpu")
         torch.manual_seed(seed)
-        self.net = build_model(model).to(self.device)
+        self.net = models.build(model).to(self.device)
         self.ddp = DDP(self.net, process_group=group,
                        device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        self.clock = PhaseClock(self.device)
+        self.clock = Timeline(self.device, PHASES)
         if not overlap:
             self.ddp.register_comm_hook((self.clock, group), timed_allreduce_hook)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=lr)
@@ -127,21 +99,21 @@ class Trainer:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             clock.lap("optimizer")
-            rows.append(clock.step)
+            rows.append(clock.phases)
         self.loss = loss.item()
         return rows
 
     def facts(self) -> dict:
         """What the predictions need: gradient bytes, parameters, and how many all_reduces DDP issues."""
         logged = self.ddp._get_ddp_logging_data()  # private, so read defensively
-        return {"grad_bytes": param_bytes(self.net), "n_params": sum(q.numel() for q in self.net.parameters()),
+        return {"grad_bytes": param_bytes(self.net), "n_params": n_params(self.net),
                 "buckets": int(logged.get("num_buckets_reduced", 0)), "per_rank_batch": self.per_rank_batch}
 
 
 def medians(rows: list[dict]) -> dict:
     """The median of each phase, and of the whole step, over steps (seconds)."""
-    out = {phase: statistics.median(r[phase] for r in rows) for phase in PHASES}
-    out["step"] = statistics.median(sum(r.values()) for r in rows)
+    out = {phase: median(r[phase] for r in rows) for phase in PHASES}
+    out["step"] = median(sum(r.values()) for r in rows)
     return out
 
 
@@ -163,7 +135,7 @@ def timed_training(configs: list[dict], steps: int = 30, warmup: int = 5, datase
                 "threads": torch.get_num_threads(), "runs": runs}
 
 
-def scaling_sweep(ps: list[int], global_batches: list[int], per_rank_batches: list[int] = (),
+def scaling_sweep(ps: list[int], global_sizes: list[int], per_rank_batches: list[int] = (),
                   rounds: int = 5, steps: int = 10, warmup: int = 5, model: str = "simple", dataset=None) -> dict:
     """Strong and weak scaling at every p in ``ps``, all in one job of max(ps) ranks.
 
@@ -176,7 +148,7 @@ def scaling_sweep(ps: list[int], global_batches: list[int], per_rank_batches: li
     with distributed() as ctx:
         dataset = dataset if dataset is not None else data.load(train=True)
         groups = {p: dist.new_group(list(range(p))) for p in ps}  # every rank creates every group
-        work = {p: sorted({G // p for G in global_batches} | set(per_rank_batches)) for p in ps}
+        work = {p: sorted({G // p for G in global_sizes} | set(per_rank_batches)) for p in ps}
         trainers = {(p, b): Trainer(b, dataset, groups[p], model) for p in ps for b in work[p] if ctx.rank < p}
         for t in trainers.values():
             t.run(warmup)

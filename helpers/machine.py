@@ -1,0 +1,120 @@
+"""The one place that asks what this machine is: cores, GPUs, CPU flags, OS, torch.
+
+Everything else (the launcher, the ranks, the chapters' plans and their
+sentences about the machine) reads a ``Machine``. A ``Machine`` is plain data,
+so a test can build one for a machine it is not running on::
+
+    here = machine.this()                       # asked once per process, then kept
+    Machine(cores=2, gpus=("Tesla T4",))        # Colab, for a unit test
+    here.backend(nprocs=2), here.threads_per_rank(2)
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import dataclass, field
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that run bfloat16 natively
+FP16_FLAGS = ("avx512_fp16", "amx_fp16")
+SHOWN_FLAGS = ("avx2", "avx512f", *BF16_FLAGS, *FP16_FLAGS, "amx_tile")
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What every measurement in the book depends on."""
+
+    cores: int
+    gpus: tuple[str, ...] = ()
+    cpu: str = "unknown CPU"
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+    system: str = "Linux"
+    torch: str = ""
+    python: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.cores, int) or self.cores < 1:
+            raise ValueError(f"a machine has at least one core, got {self.cores!r}")
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpus)
+
+    def backend(self, nprocs: int) -> str:
+        """NCCL when every local rank can own a GPU, gloo on the CPU otherwise."""
+        return "nccl" if 0 < nprocs <= self.n_gpus else "gloo"
+
+    def threads_per_rank(self, local_world_size: int) -> int:
+        """Split the cores between the ranks on this host, so they do not fight over them."""
+        return max(1, self.cores // max(1, local_world_size))
+
+    def has(self, *flags: str) -> bool:
+        """Whether the CPU reports any of these /proc/cpuinfo flags."""
+        return any(f in self.cpu_flags for f in flags)
+
+    @property
+    def native_bf16(self) -> bool:
+        return self.has(*BF16_FLAGS)
+
+    @property
+    def native_fp16(self) -> bool:
+        return self.has(*FP16_FLAGS)
+
+    def flags(self, wanted: tuple[str, ...] = SHOWN_FLAGS) -> dict[str, bool]:
+        return {w: w in self.cpu_flags for w in wanted}
+
+    def summary(self) -> dict:
+        """The facts a chapter prints at its top, beside its measurements."""
+        return {"cpu": self.cpu, "cores": self.cores, "gpus": list(self.gpus), "system": self.system,
+                "torch": self.torch, "python": self.python,
+                "bf16_flags": [f for f in (*BF16_FLAGS, "amx_tile") if f in self.cpu_flags]}
+
+    def describe(self) -> str:
+        """One sentence about this machine, for the prose: glued, never typed."""
+        cores = f"{self.cores} CPU core{'s' if self.cores != 1 else ''}"
+        if not self.gpus:
+            return f"{cores} and no GPU"
+        kinds = sorted(set(self.gpus))
+        return f"{cores} and {self.n_gpus} GPU{'s' if self.n_gpus != 1 else ''} ({', '.join(kinds)})"
+
+
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+    """Linux's /proc/cpuinfo; on macOS (no such file) the model from platform and no flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return platform.processor() or "unknown CPU", frozenset()
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")),
+                 platform.processor() or "unknown CPU")
+    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+    return model, frozenset(flags)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: ``taskset -c 0`` makes it 1 (Linux); all of them on macOS."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=1)
+def this() -> Machine:
+    """This machine, asked once per process."""
+    import torch
+    gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    cpu, flags = _cpuinfo()
+    return Machine(cores=usable_cores(), gpus=gpus, cpu=cpu, cpu_flags=flags,
+                   system=platform.system(), torch=torch.__version__.split("+")[0],
+                   python=platform.python_version())
+
+
+def cuda_available() -> bool:
+    """Whether this process can use CUDA (a rank's RNG state and device follow it)."""
+    return this().n_gpus > 0
+
+
+def default_device():
+    """The device a single-process probe runs on: the first GPU, else the CPU."""
+    import torch
+    return torch.device("cuda" if cuda_available() else "cpu")

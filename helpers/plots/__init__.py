@@ -1,0 +1,8 @@
+"""Figures for the chapters, one module per topic. Each returns a matplotlib Figure and never calls
+``plt.show``; colours come from ``style.COLORS``, one per kind of thing."""
+from .training import loss_curves, same_curves, digits_grid, step_time_distribution, resume_curves  # noqa: F401
+from .memory import memory_bars, saved_bytes_vs_batch  # noqa: F401
+from .parallel import dp_timeline, bucket_sweep, pipeline_timeline, bubble_vs_micro_batches  # noqa: F401
+from .precision import gradient_magnitudes, underflow_over_training, scale_traces  # noqa: F401
+from .scaling import amdahl_curves, strong_scaling, phase_bars, weak_scaling, allreduce_fit, step_prediction  # noqa: F401
+from .style import COLORS, finish  # noqa: F401

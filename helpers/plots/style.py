@@ -1,0 +1,31 @@
+"""What every figure shares: one colour for each kind of thing, and one way to finish a figure."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+# One colour per kind, across every figure: a phase of a step, a kind of byte, a schedule's work.
+COLORS = {
+    # a training step's phases
+    "data": "tab:gray", "forward": "tab:blue", "backward": "tab:orange", "comm": "tab:red",
+    "optimizer": "tab:green", "wait": "white",
+    # pipeline spans: forward and backward of a micro-batch
+    "F": "tab:blue", "B": "tab:orange",
+    # what a device holds
+    "parameters": "tab:blue", "gradients": "tab:orange", "optimizer states": "tab:green",
+    "autocast copies": "tab:purple", "activations": "tab:gray",
+    # a prediction set beside its measurement
+    "compute": "tab:blue", "measured": "tab:purple",
+}
+COLORS["all_reduce"] = COLORS["comm"]
+
+
+def color(kind: str) -> str:
+    return COLORS.get(kind, "black")
+
+
+def finish(fig, tight: bool = True):
+    """Lay the figure out and detach it from pyplot: the cell displays the returned figure once."""
+    if tight:
+        fig.tight_layout()
+    plt.close(fig)
+    return fig

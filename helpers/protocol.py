@@ -1,0 +1,115 @@
+"""What the launcher and its ranks say to each other, in one place.
+
+``helpers.launch`` gives every run a folder and tells each rank, through
+environment variables, where in it to write. A rank writes three kinds of
+file there; the launching thread reads them while the job runs:
+
+* ``rank{r}.log``: the rank's stdout and stderr;
+* ``error{r}.json``: the rank's first exception (``write_error`` / ``read_errors``);
+* ``progress.jsonl``: rank 0's progress records, one JSON object a line (``append_progress``).
+
+Under the torchrun CLI none of the variables is set, and a rank prints instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import traceback
+from pathlib import Path
+
+DEFAULT_SEED = 0
+
+# Environment variables the launcher sets in every rank.
+TIMEOUT = "HELPERS_TIMEOUT"          # seconds: the process group's timeout
+BACKEND = "HELPERS_BACKEND"          # "gloo" or "nccl" if the caller chose one
+THREADS = "HELPERS_THREADS"          # torch threads per rank if the caller chose them
+ERROR_FILE = "HELPERS_ERROR_FILE"    # where this rank reports its exception
+PROGRESS_FILE = "HELPERS_PROGRESS_FILE"  # where rank 0 appends its progress
+
+PROGRESS_NAME = "progress.jsonl"
+
+
+def rank_log(run_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.log"
+
+
+def rank_of_log(path: Path) -> int:
+    return int(path.stem.removeprefix("rank"))
+
+
+def error_file(run_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(run_dir) / f"error{rank}.json"
+
+
+def progress_file(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / PROGRESS_NAME
+
+
+def rank_env(run_dir: str | os.PathLike, rank: int) -> dict[str, str]:
+    """The run-folder variables of one rank: its error file, and rank 0's progress file."""
+    env = {ERROR_FILE: str(error_file(run_dir, rank))}
+    if rank == 0:
+        env[PROGRESS_FILE] = str(progress_file(run_dir))
+    return env
+
+
+def prepare_process(local_world_size: int, seed: int = DEFAULT_SEED) -> int:
+    """Threads and seed for a rank: the launcher's entry and ``dist.setup`` both call this.
+
+    Threads: ``HELPERS_THREADS`` if the caller set it, else this host's cores split
+    between its ranks. Returns the thread count.
+    """
+    import torch
+    from .machine import this
+    threads = int(os.environ.get(THREADS, 0)) or this().threads_per_rank(local_world_size)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    seed_everything(seed)
+    return threads
+
+
+def seed_everything(seed: int) -> None:
+    import torch
+    random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _write_json(path: str | os.PathLike, record: dict) -> None:
+    """Write whole or not at all: the launcher may read the file at any moment."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)
+
+
+def write_error(e: BaseException) -> None:
+    """Under ``helpers.launch``, note this rank's exception (the first one only) for the launcher."""
+    path = os.environ.get(ERROR_FILE)
+    if not path or os.path.exists(path):
+        return
+    _write_json(path, {"rank": int(os.environ.get("RANK", 0)), "type": type(e).__name__,
+                       "message": str(e), "traceback": "".join(traceback.format_exception(e)),
+                       "time": time.time()})
+
+
+def read_errors(run_dir: str | os.PathLike) -> list[dict]:
+    """Every rank's reported exception, earliest first."""
+    errors = [json.loads(p.read_text()) for p in Path(run_dir).glob("error*.json")]
+    return sorted(errors, key=lambda e: e["time"])
+
+
+def progress_record(step: int, total: int, **metrics: float) -> dict:
+    """A progress record: where rank 0 is, and whatever it measures (numbers only)."""
+    return {"step": int(step), "total": int(total), **{k: float(v) for k, v in metrics.items()}}
+
+
+def append_progress(record: dict) -> bool:
+    """Append a record for the launcher; False when no launcher listens (the torchrun CLI)."""
+    path = os.environ.get(PROGRESS_FILE)
+    if not path:
+        return False
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    return True

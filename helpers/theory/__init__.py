@@ -1,0 +1,24 @@
+"""Closed-form models of distributed training, and their fits to measurements: numpy only, no torch.
+
+One module per topic; every formula is defined once and shown in the chapter that teaches it.
+"""
+from .memory import (  # noqa: F401
+    OPTIMIZER_STATES, PRECISIONS, ACTIVATION_BYTES, model_state_bytes, mlp_activation_bytes,
+    transformer_params, transformer_activation_bytes, strategy_memory, FitAdvice, advise,
+)
+from .speedup import (  # noqa: F401
+    amdahl, gustafson, gustafson_alpha, alpha_from_speedup, AmdahlFit, fit_amdahl, StepModel,
+    fit_step_model,
+)
+from .communication import (  # noqa: F401
+    comm_time, r_squared, AlphaBetaFit, fit_alpha_beta, BUS_FACTOR, algbw, busbw,
+    ring_allreduce_time, ring_from_fit, ddp_step_time, Diagnosis, diagnose,
+)
+from .pipeline import (  # noqa: F401
+    naive_mp_utilization, bubble_fraction, pipeline_utilization, pipeline_speedup,
+    micro_batches_for_bubble,
+)
+from .precision import (  # noqa: F401
+    autocast_weight_copy_bytes, autocast_saved_bytes, autocast_break_even_batch,
+    grad_scale_trace,
+)

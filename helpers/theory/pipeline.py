@@ -1,0 +1,46 @@
+"""Pipelines and model parallelism (chapters 3.2, 5.3): idle time, and what micro-batches buy."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def naive_mp_utilization(stage_work):
+    """Naive model parallelism runs one stage at a time, so stage s is busy w_s / sum(w).
+
+    ``stage_work``: each stage's compute time (or FLOPs). With p equal stages: 1/p each.
+    """
+    w = np.asarray(stage_work, dtype=float)
+    return w / w.sum()
+
+
+def bubble_fraction(p, m):
+    """GPipe's idle fraction of a step with p equal stages and m micro-batches: (p-1)/(m+p-1).
+
+    Each stage is busy for m slots out of the m + p - 1 that the fill-and-drain takes
+    (Huang et al., GPipe). m = 1 is naive model parallelism: (p-1)/p idle.
+    """
+    p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
+    return (p - 1) / (m + p - 1)
+
+
+def pipeline_utilization(p, m):
+    """Busy fraction of each stage under GPipe: m / (m + p - 1) = 1 - bubble."""
+    return 1.0 - bubble_fraction(p, m)
+
+
+def pipeline_speedup(p, m):
+    """GPipe's step against naive model parallelism's, equal stages, free communication.
+
+    Naive: p stages one after another, p * t. GPipe: (m + p - 1) slots of t / m each.
+    The ratio p * m / (m + p - 1) tends to p as m grows.
+    """
+    p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
+    return p * m / (m + p - 1)
+
+
+def micro_batches_for_bubble(p: int, max_bubble: float) -> int:
+    """The fewest micro-batches that keep the bubble at or below ``max_bubble``: m >= (p-1)(1-b)/b."""
+    if not 0 < max_bubble < 1:
+        raise ValueError(f"max_bubble must be in (0, 1), got {max_bubble}")
+    m = max(1, int(np.ceil((p - 1) * (1 - max_bubble) / max_bubble - 1e-9)))
+    return m

@@ -1,0 +1,87 @@
+"""The package's shape, held by tests: one home per concept, and the rules DESIGN.md states."""
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HELPERS = sorted((ROOT / "helpers").rglob("*.py"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def test_theory_imports_no_torch():
+    code = "import sys, helpers.theory; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", "helpers.theory must stay numpy-only"
+
+
+@pytest.mark.parametrize("path", HELPERS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_stay_short(path):
+    assert len(path.read_text().splitlines()) <= 320, f"{path.name}: split it along its seams"
+
+
+# What asks the machine what it is; only helpers/machine.py may.
+MACHINE_QUERIES = re.compile(r"sched_getaffinity|os\.cpu_count|cuda\.device_count|cuda\.is_available|"
+                             r"/proc/cpuinfo|get_device_name")
+
+
+def _code_of(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text())
+        return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    return path.read_text()
+
+
+def test_cores_and_gpus_are_read_in_one_module():
+    places = [*HELPERS, *sorted((ROOT / "bench").glob("*.py")), *NOTEBOOKS]
+    readers = [str(p.relative_to(ROOT)) for p in places if MACHINE_QUERIES.search(_code_of(p))]
+    assert readers == ["helpers/machine.py"], readers
+
+
+def test_one_median():
+    """statistics.median is called in training.median alone; no sorted(x)[n // 2] anywhere."""
+    for path in [*HELPERS, *sorted((ROOT / "bench").glob("*.py")), *NOTEBOOKS]:
+        code = _code_of(path)
+        rel = str(path.relative_to(ROOT))
+        assert not re.search(r"\[\s*len\([^)]*\)\s*//\s*2\s*\]", code), f"{rel}: use helpers.training.median"
+        if rel != "helpers/training.py":
+            assert "statistics.median" not in code and "np.median" not in code, \
+                f"{rel}: use helpers.training.median"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_check_cells_are_visible_on_demand(path):
+    """A cell that asserts the prose is tagged hide-input, never remove-input."""
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        tags = cell.get("metadata", {}).get("tags", [])
+        assert "remove-input" not in tags, f"{path.name} cell {i}: use hide-input"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_cells_are_short_and_define_nothing(path):
+    """No def or class in a chapter cell but an exercise's checker; no cell over 15 lines."""
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        assert len(src.splitlines()) <= 15, f"{path.name} cell {i}: {len(src.splitlines())} lines"
+        body = "\n".join(ln for ln in src.splitlines() if not ln.startswith("%"))
+        defs = [n.name for n in ast.walk(ast.parse(body)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        assert all(d.endswith("_right") for d in defs), f"{path.name} cell {i} defines {defs}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_glue_is_kept_apart_from_asserts(path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "glue(" in src:
+            assert "assert " not in src, f"{path.name} cell {i}: glue and asserts in one cell"
+            assert "myst_nb" not in src and "display=False" not in src, \
+                f"{path.name} cell {i}: glue through book.glue"
