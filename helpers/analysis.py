@@ -118,6 +118,21 @@ class ScalingRuns:
 
 # --- Chapter 4.2: the all_reduce fit ---------------------------------------------------
 
+def allreduce_table(sweeps: dict[int, dict]) -> list[tuple[int, dict[int, dict[str, float]]]]:
+    """``collectives.allreduce_sweep`` results side by side, one row per message size (ascending):
+    (size, {p: {"seconds", "algbw", "busbw"}}) for each p whose sweep ran that size."""
+    rows = []
+    for m in sorted({m for sw in sweeps.values() for m in sw["sizes"]}):
+        row = {}
+        for p, sw in sweeps.items():
+            if m in sw["sizes"]:
+                t = sw["seconds"][sw["sizes"].index(m)]
+                row[p] = {"seconds": t, "algbw": float(theory.algbw(m, t)),
+                          "busbw": float(theory.busbw(m, t, p))}
+        rows.append((m, row))
+    return rows
+
+
 @dataclass(frozen=True)
 class AllreduceFit:
     """T = L + M / B fitted on the two ends of a size sweep, with what it left out.
@@ -156,6 +171,7 @@ class AllreduceFit:
 
 
 def fit_allreduce(sizes, seconds) -> AllreduceFit:
+    """``theory.fit_alpha_beta`` on a sweep's two ends: the selection ``AllreduceFit`` describes."""
     m, t = np.asarray(sizes, float), np.asarray(seconds, float)
     rough = theory.fit_alpha_beta(m, t)
     lat, bw = m <= rough.half_size / 8, m >= 8 * rough.half_size
@@ -199,3 +215,30 @@ def replica_mean_losses(ranks: list[dict]) -> list[float]:
     """The global batch's loss per step: the mean of the replicas' last-stage losses (equal batches)."""
     last = [r["losses"] for r in ranks if r["losses"]]
     return np.mean(np.asarray(last), axis=0).tolist()
+
+
+# --- Chapters 3.2 and 5.4: two runs' tensors compared ---------------------------------------
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    """The largest absolute difference between two dicts of tensors (state dicts, gradients),
+    over the names of ``a``: 0.0 when one run repeated the other exactly."""
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+# --- Chapters 5.1 and 5.2: DDP runs of ddp_mnist, reduced -----------------------------------
+
+def ddp_throughput(result: dict, batch_size: int = 64) -> float:
+    """Global samples per second of one rank's ``ddp_mnist.train`` result: a step's samples over
+    that rank's *median* step time, so that a step slowed by another program does not count."""
+    return batch_size * result["world_size"] / median(result["step_seconds"])
+
+
+def slowest_rank_seconds(ranks: list[dict]) -> float:
+    """A DDP job's training time: the slowest rank's ``seconds``, since it sets everyone's pace."""
+    return max(r["seconds"] for r in ranks)
+
+
+def same_state(a: dict, b: dict) -> bool:
+    """Whether two state dicts hold the same names and bit-identical tensors."""
+    import torch
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -33,6 +33,15 @@ def show_source(*objs: Any):
     return Markdown("\n\n".join(parts))
 
 
+def html_table(header: list, rows: list[list]):
+    """A plain HTML table (the book renders a notebook's Markdown output without tables)."""
+    from IPython.display import HTML
+
+    def line(tag: str, cells: list) -> str:
+        return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>"
+    return HTML("<table>" + line("th", header) + "".join(line("td", r) for r in rows) + "</table>")
+
+
 def glue(**values: Any) -> None:
     """Hand each value to the prose by name (myst-nb's ``glue``, shown nowhere in the cell)."""
     from myst_nb import glue as myst_glue

@@ -28,6 +28,21 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# --- The formats themselves -----------------------------------------------------------------
+
+def smallest_subnormal(dtype: torch.dtype) -> float:
+    """The smallest positive value of a float format: the last mantissa bit below the smallest normal."""
+    return torch.finfo(dtype).tiny * torch.finfo(dtype).eps
+
+
+def format_limits(dtypes: list[torch.dtype]) -> dict[str, list[float]]:
+    """Each format's range and precision from ``torch.finfo``: limit name -> one value per dtype."""
+    info = [torch.finfo(dt) for dt in dtypes]
+    return {"largest": [f.max for f in info], "smallest normal": [f.tiny for f in info],
+            "smallest subnormal": [smallest_subnormal(dt) for dt in dtypes],
+            "eps: the step after 1": [f.eps for f in info]}
+
+
 # --- float16's range, on real gradients ---------------------------------------------------
 
 def output_gradient(model: nn.Module, x, y, dtype: torch.dtype | None = None, scale: float = 1.0):

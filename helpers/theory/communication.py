@@ -91,7 +91,7 @@ def busbw(message_bytes, seconds, p: int, op: str = "all_reduce"):
 def ring_allreduce_time(message_bytes, p: int, step_latency: float, seconds_per_byte: float):
     """Ring all_reduce: reduce-scatter then all-gather, 2 (p - 1) steps of M / p bytes each.
 
-    T = 2 (p - 1) l + 2 (p - 1) / p * M * s, with l the latency of one step and s the
+    T = 2 (p - 1) ℓ + 2 (p - 1) / p * M * β, with ℓ (step_latency) the latency of one step and β the
     seconds per byte of one link (Thakur et al. 2005; Patarasuk and Yuan 2009).
     """
     m = np.asarray(message_bytes, dtype=float)
