@@ -1,4 +1,4 @@
-"""The checkpoint of a DDP job: rank 0 writes everything a resume needs; every rank loads it, checked first."""
+"""The checkpoint of a DDP job: rank 0 writes all a resume needs; every rank loads it, checked first."""
 from __future__ import annotations
 
 import os

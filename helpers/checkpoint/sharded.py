@@ -1,4 +1,7 @@
-"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP): each rank writes its part, any layout reads."""
+"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP).
+
+Each rank writes its own part, and a job of any other layout can read them back.
+"""
 from __future__ import annotations
 
 import contextlib
