@@ -31,6 +31,11 @@ def autocast_to(device: torch.device, dtype: torch.dtype | None):
     return autocast(device, enabled=dtype is not None, dtype=dtype)
 
 
+def needs_scaler(device: torch.device) -> bool:
+    """Whether the policy's dtype here underflows without loss scaling: float16 does, bfloat16 not."""
+    return autocast_dtype(device) == torch.float16
+
+
 def grad_scaler(device: torch.device, enabled: bool = True) -> torch.amp.GradScaler:
     """A GradScaler that is active only where it is needed: float16 on CUDA."""
-    return torch.amp.GradScaler(device.type, enabled=enabled and autocast_dtype(device) == torch.float16)
+    return torch.amp.GradScaler(device.type, enabled=enabled and needs_scaler(device))

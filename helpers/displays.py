@@ -87,9 +87,12 @@ class ProgressDisplay:
         if self.last and time.monotonic() - self.drawn_at > 0.1:
             self._draw()
 
+    def _make_bar(self):
+        return _HtmlBar() if in_notebook() else _TqdmBar()
+
     def _draw(self) -> None:
         if self.bar is None:
-            self.bar = _HtmlBar() if in_notebook() else _TqdmBar()
+            self.bar = self._make_bar()
         t0, step0 = self.first
         elapsed = time.monotonic() - t0
         rec = dict(self.last, _rate=(self.last["step"] - step0) / elapsed if elapsed > 0 else 0)

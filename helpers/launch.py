@@ -24,16 +24,13 @@ import importlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver as forkserver
-import os
 import pickle
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +42,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from . import protocol
 from .displays import ProgressDisplay
+from .worker import RankSpec, rank_entry
 from .live import LogTail
 from .machine import this as this_machine
 
@@ -81,54 +79,6 @@ class LaunchTimeout(TimeoutError):
     """The job ran past its ``timeout``; its ranks were killed."""
 
 
-@dataclass
-class _RankSpec:
-    """Everything a rank needs, pickled once and sent to each worker."""
-
-    fn: Callable
-    args: tuple
-    kwargs: dict
-    run_dir: str
-    env: dict = field(default_factory=dict)
-    launcher_pid: int = field(default_factory=os.getpid)
-
-
-def _exit_when_gone(launcher_pid: int) -> None:
-    """End this rank if the launching process dies without cleaning up (a killed kernel).
-
-    Workers are children of the forkserver, not of the kernel, so nothing else tells them:
-    a finished rank would wait forever for the agent that should collect its result.
-    """
-    while True:
-        time.sleep(1.0)
-        try:
-            os.kill(launcher_pid, 0)
-        except ProcessLookupError:
-            os._exit(1)
-
-
-def _rank_entry(spec: _RankSpec) -> Any:
-    """The function the elastic agent starts in every worker: wraps the user's ``fn``."""
-    threading.Thread(target=_exit_when_gone, args=(spec.launcher_pid,), daemon=True).start()
-    rank = int(os.environ["RANK"])
-    log = os.open(protocol.rank_log(spec.run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
-    os.environ.update(spec.env)
-    os.environ.update(protocol.rank_env(spec.run_dir, rank))
-    # For code that never calls helpers.dist.setup() (a %%torchrun cell, say): same split, same seed.
-    protocol.prepare_process(int(os.environ["LOCAL_WORLD_SIZE"]))
-    try:
-        return spec.fn(*spec.args, **spec.kwargs)
-    except BaseException as e:  # noqa: BLE001 - reported to the launcher, then the rank dies
-        protocol.write_error(e)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)  # skip multiprocessing's own traceback dump: the launcher reports it once
-
-
 def _check_importable(fn: Callable) -> None:
     """Workers import ``fn`` by name; a function typed in a notebook cell has none."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
@@ -158,6 +108,19 @@ def _check_args(nprocs: Any, backend: str | None, timeout: float) -> None:
                           f"{this_machine().n_gpus}. Use backend=None to get gloo on the CPU.")
     if backend == "gloo" and not dist.is_gloo_available():
         raise LaunchError("this torch build has no gloo backend; use backend=None.")
+
+
+def _shown_ranks(show: Any, nprocs: int) -> set[int]:
+    """The ranks whose output a launch streams; anything that would silently show nothing is refused."""
+    if show == "all":
+        return set(range(nprocs))
+    if show is None:
+        return set()
+    ranks = [show] if not isinstance(show, (list, tuple, set)) else list(show)
+    if not ranks or any(not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < nprocs for r in ranks):
+        raise LaunchError(f"show must be a rank in 0..{nprocs - 1}, a list of them, 'all' or None; "
+                          f"got {show!r}.")
+    return set(ranks)
 
 
 def forkserver_context() -> multiprocessing.context.BaseContext:
@@ -233,8 +196,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         pickle.dumps((args, kwargs))
     except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing here
         raise LaunchError(f"the arguments cannot be sent to other processes: {e}") from None
-    shown = set(range(nprocs)) if show == "all" else set() if show is None else \
-        {show} if isinstance(show, int) else set(show)
+    shown = _shown_ranks(show, nprocs)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
     env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo"}
@@ -242,7 +204,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         env[protocol.BACKEND] = backend
     if threads:
         env[protocol.THREADS] = str(threads)
-    spec = _RankSpec(fn, args, kwargs, str(run_dir), env)
+    spec = RankSpec(fn, args, kwargs, str(run_dir), env)
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
@@ -253,7 +215,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
 
     def agent() -> None:
         try:
-            outcome["results"] = elastic_launch(config, _rank_entry)(spec)
+            outcome["results"] = elastic_launch(config, rank_entry)(spec)
         except BaseException as e:  # noqa: BLE001 - handed to the cell's thread
             outcome["error"] = e
 

@@ -6,6 +6,7 @@ by ``helpers.displays``.
 """
 from __future__ import annotations
 
+import codecs
 from collections import deque
 from pathlib import Path
 
@@ -19,6 +20,8 @@ class LogTail:
         self.run_dir, self.shown = run_dir, shown
         self.offsets: dict[int, int] = {}
         self.partial: dict[int, str] = {}
+        # One decoder per rank keeps a UTF-8 character that a poll cut in two for the next poll.
+        self.decoders: dict[int, codecs.IncrementalDecoder] = {}
         self.recent: dict[int, deque] = {}
         self.keep = keep
 
@@ -31,7 +34,8 @@ class LogTail:
             if not chunk:
                 continue
             self.offsets[rank] = self.offsets.get(rank, 0) + len(chunk)
-            text = self.partial.pop(rank, "") + chunk.decode(errors="replace")
+            decoder = self.decoders.setdefault(rank, codecs.getincrementaldecoder("utf-8")(errors="replace"))
+            text = self.partial.pop(rank, "") + decoder.decode(chunk)
             *lines, rest = text.split("\n")
             if rest:
                 self.partial[rank] = rest

@@ -27,6 +27,9 @@ def run_script(path: str) -> None:
     runpy.run_path(path, run_name="__main__")
 
 
+USAGE = "usage: %%torchrun [-n NPROCS] [--timeout SECONDS] [--show all|0|0,1]"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="%%torchrun", add_help=False)
     p.add_argument("-n", "--nproc-per-node", "--nprocs", dest="nprocs", type=int, default=2)
@@ -38,9 +41,9 @@ def _parser() -> argparse.ArgumentParser:
 def torchrun(line: str, cell: str) -> None:
     try:
         args = _parser().parse_args(shlex.split(line))
-    except SystemExit:
-        raise ValueError("usage: %%torchrun [-n NPROCS] [--timeout SECONDS] [--show all|0|0,1]") from None
-    show = "all" if args.show == "all" else [int(r) for r in args.show.split(",")]
+        show = "all" if args.show == "all" else [int(r) for r in args.show.split(",")]
+    except (SystemExit, ValueError):
+        raise ValueError(USAGE) from None
     with tempfile.TemporaryDirectory(prefix="torchrun-cell-") as tmp:
         script = Path(tmp) / "cell.py"
         script.write_text(cell)

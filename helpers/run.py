@@ -15,36 +15,62 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import json
 import os
+import pkgutil
 import sys
 
 
+USAGE = "usage: python -m helpers.run RECIPE [--key value | --key=value ...]  (RECIPE is module.function)"
+
+
 def parse(argv: list[str]) -> tuple[str, dict]:
-    if not argv or argv[0].startswith("-"):
+    if not argv:
         raise SystemExit(__doc__)
+    if argv[0].startswith("-"):
+        raise SystemExit(f"the recipe comes first, before any --key; got {argv[0]!r}. {USAGE}")
     recipe, rest, kwargs = argv[0], argv[1:], {}
     while rest:
-        key = rest.pop(0)
-        if not key.startswith("--"):
-            raise SystemExit(f"expected --key value, got {key!r}")
-        key, _, value = key[2:].partition("=")
-        if not value:
-            if not rest:
-                raise SystemExit(f"--{key} needs a value")
+        token = rest.pop(0)
+        if not token.startswith("--") or token == "--":
+            raise SystemExit(f"expected --key value, got the stray argument {token!r}. {USAGE}")
+        key, has_equals, value = token[2:].partition("=")
+        if not has_equals:  # --key value: the value is the next token, which may be negative
+            if not rest or rest[0].startswith("--"):
+                raise SystemExit(f"--{key} needs a value. {USAGE}")
             value = rest.pop(0)
-        try:
-            kwargs[key.replace("-", "_")] = ast.literal_eval(value)
+        try:  # "--key=" is an empty string, not the next token
+            kwargs[key.replace("-", "_")] = ast.literal_eval(value) if value else ""
         except (ValueError, SyntaxError):
             kwargs[key.replace("-", "_")] = value
     return recipe, kwargs
+
+
+def recipes() -> list[str]:
+    """Every ``module.function`` that ``python -m helpers.run`` can start."""
+    import helpers.recipes
+    names = []
+    for info in pkgutil.iter_modules(helpers.recipes.__path__):
+        module = importlib.import_module(f"helpers.recipes.{info.name}")
+        names += [f"{info.name}.{n}" for n, f in vars(module).items()
+                  if inspect.isfunction(f) and f.__module__ == module.__name__ and not n.startswith("_")]
+    return sorted(names)
 
 
 def resolve(recipe: str):
     module, _, name = recipe.rpartition(".")
     if not module:
         raise SystemExit(f"RECIPE is module.function, e.g. ddp_mnist.train; got {recipe!r}")
-    return getattr(importlib.import_module(f"helpers.recipes.{module}"), name)
+    try:
+        fn = getattr(importlib.import_module(f"helpers.recipes.{module}"), name, None)
+    except ModuleNotFoundError as e:
+        if e.name != f"helpers.recipes.{module}":
+            raise  # the recipe exists but imports something missing: that traceback is the news
+        fn = None
+    if not callable(fn) or name.startswith("_"):
+        raise SystemExit(f"no recipe {recipe!r}; the recipes are: {', '.join(recipes())}")
+    return fn
 
 
 def _summary(result) -> str:

@@ -14,6 +14,7 @@ book shows the bar's final state, as a live run would.
 from __future__ import annotations
 
 import copy
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -21,8 +22,9 @@ import nbformat
 import pytest
 from nbval.plugin import IPyNbCell, IPyNbFile
 
-CACHE = Path(__file__).resolve().parent.parent / "_build" / ".jupyter_cache"
+CACHE = Path(os.environ.get("BOOK_CACHE_DIR", Path(__file__).resolve().parent.parent / "_build" / ".jupyter_cache"))
 _updates: dict[str, dict] = {}
+_ran: dict[Path, nbformat.NotebookNode] = {}  # each notebook as nbval read it, before any cell ran
 _cells: dict[Path, dict[int, list]] = defaultdict(dict)
 _failed: set[Path] = set()
 
@@ -59,6 +61,8 @@ def pytest_runtest_makereport(item, call):
     if not isinstance(item, IPyNbCell) or report.when != "call":
         return
     path = Path(str(item.parent.fspath))
+    # Hash what nbval ran, not what is on disk at the end: the file may be edited meanwhile.
+    _ran.setdefault(path, copy.deepcopy(item.parent.nb))
     if report.failed:
         _failed.add(path)
     elif item.test_outputs is not None:
@@ -66,16 +70,22 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not _cells:
+    if not _ran:
         return
     from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
     cache = get_cache(str(CACHE))
-    for path, outputs in _cells.items():
-        nb = nbformat.read(path, as_version=4)
+    for path, ran in _ran.items():
+        # A notebook that failed, or did not run every cell, keeps no entry: the book must not
+        # show outputs of an older version beside code that no longer produces them.
+        for record in cache.list_cache_records():
+            if record.uri == str(path):
+                cache.remove_cache(record.pk)
+        outputs = _cells.get(path, {})
+        nb = copy.deepcopy(ran)
         code = [c for c in nb.cells if c.cell_type == "code"]
         if path in _failed or len(outputs) != len(code):
-            continue  # only notebooks that ran clean, every cell
+            continue
         for n, cell in enumerate(code):  # nbval numbers the code cells from 0
             cell.outputs = [nbformat.from_dict(o) for o in outputs[n]]
             cell.execution_count = n + 1

@@ -45,11 +45,12 @@ def test_exception_names_the_rank_and_carries_its_traceback():
 
 
 def test_hang_in_collective_times_out_clearly():
+    # 10 s: enough for two busy cores to start both ranks and let rank 1 say where it is.
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as info:
-        launch(smoke.hang_in_collective, nprocs=2, timeout=4)
-    assert time.monotonic() - start < 4 + 15
-    assert "timed out after 4 s" in str(info.value)
+        launch(smoke.hang_in_collective, nprocs=2, timeout=10)
+    assert time.monotonic() - start < 10 + 15
+    assert "timed out after 10 s" in str(info.value)
     assert "sleeping instead" in str(info.value)  # where rank 1 got to
 
 
@@ -89,9 +90,13 @@ def local_function():
     ({"backend": "nccl"}, "needs 2 GPUs"),
     ({"backend": "mpi"}, "backend must be"),
     ({"timeout": 0}, "timeout must be a positive"),
+    ({"show": "0"}, "show must be a rank in 0..1"),
+    ({"show": 2}, "show must be a rank in 0..1"),
+    ({"show": [0, 5]}, "show must be a rank in 0..1"),
+    ({"show": True}, "show must be a rank in 0..1"),
 ])
 def test_bad_arguments_get_one_clear_line(kwargs, message):
-    if kwargs.get("backend") == "nccl" and torch.cuda.device_count() >= 2:
+    if kwargs.get("backend") == "nccl" and this_machine().n_gpus >= 2:
         pytest.skip("this machine has the GPUs nccl needs")
     with pytest.raises(LaunchError, match=message) as info:
         launch(smoke.allreduce_rank, **kwargs)
@@ -116,10 +121,18 @@ def test_unpicklable_arguments_are_refused():
 
 
 HANGING_JOB = textwrap.dedent("""
+    import logging
     import helpers
     from helpers.recipes import smoke
+    LOGGERS = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
     if __name__ == "__main__":
-        helpers.launch(smoke.hang_in_collective, nprocs=2, timeout=300)
+        for lg in LOGGERS:
+            lg.setLevel(logging.INFO)
+        try:
+            helpers.launch(smoke.hang_in_collective, nprocs=2, timeout=300)
+        except KeyboardInterrupt:
+            print("logger levels after the interrupt:", [lg.level for lg in LOGGERS], flush=True)
+            raise
 """)
 
 
@@ -127,8 +140,10 @@ def _start_hanging_job(tmp_path):
     """A launching process, and its family once the forkserver and both ranks are up."""
     script = tmp_path / "job.py"
     script.write_text(HANGING_JOB)
+    (tmp_path / "tmp").mkdir()  # the job's run folder goes here, where a test can look for it
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 60
     family = []
@@ -145,8 +160,10 @@ def test_sigint_like_the_stop_button_leaves_nothing_behind(tmp_path):
     os.kill(proc.pid, signal.SIGINT)  # what the kernel's stop button sends
     out, _ = proc.communicate(timeout=30)
     assert "KeyboardInterrupt" in out
+    assert "logger levels after the interrupt: [20, 20]" in out  # INFO, as before the launch
     gone, alive = psutil.wait_procs(family, timeout=10)
     assert not alive, f"left behind after SIGINT: {alive}"
+    assert not list((tmp_path / "tmp").glob("helpers-launch-*")), "the run folder was left behind"
 
 
 def test_ranks_end_when_the_launching_process_is_killed(tmp_path):
@@ -163,12 +180,29 @@ def test_torchrun_magic_runs_the_cell_in_n_ranks(capsys):
     torchrun("-n 2 --show all", "import os\nprint('hello from', os.environ['RANK'])\n")
     out = capsys.readouterr().out
     assert "[rank0] hello from 0" in out and "[rank1] hello from 1" in out
-    with pytest.raises(ValueError, match="usage: %%torchrun"):
-        torchrun("--bogus", "pass")
+    for bad in ("--bogus", "--show x", "--show 0,x", "-n two"):
+        with pytest.raises(ValueError, match="usage: %%torchrun"):
+            torchrun(bad, "pass")
 
 
 def test_package_exports():
-    assert helpers.launch is launch
+    module = sys.modules["helpers.launch"]  # the submodule, which the function shadows on the package
+    assert helpers.launch is module.launch and helpers.LaunchError is module.LaunchError
+    assert set(helpers.__all__) >= {"launch", "LaunchError", "LaunchTimeout", "RankError"}
+
+
+def test_log_tail_keeps_a_character_cut_between_two_polls(tmp_path, capsys):
+    from helpers import protocol
+    from helpers.live import LogTail
+    log = protocol.rank_log(tmp_path, 0)
+    data = "分布式训练 ✓\n".encode()
+    tail = LogTail(tmp_path, {0})
+    for cut in (1, 4, len(data)):  # inside 分, inside 布, the rest
+        with open(log, "ab") as f:
+            f.write(data[:cut])
+        data = data[cut:]
+        tail.poll()
+    assert capsys.readouterr().out == "[rank0] 分布式训练 ✓\n"
 
 
 def test_a_rank_can_set_up_a_second_group_after_the_first():
@@ -179,3 +213,29 @@ def test_a_rank_can_set_up_a_second_group_after_the_first():
 def test_a_plain_process_is_a_group_of_one_without_network():
     assert smoke.two_groups_in_a_row()["sums"] == [1.0, 1.0]
 
+
+
+def test_a_result_that_cannot_travel_back_gets_a_clear_error():
+    with pytest.raises(RankError, match="cannot be sent back to the launcher") as info:
+        launch(smoke.return_unpicklable, nprocs=2, show=None)
+    assert info.value.exc_type == "TypeError"
+
+
+def _run_dirs() -> set:
+    import tempfile
+    from pathlib import Path
+    return set(Path(tempfile.gettempdir()).glob("helpers-launch-*"))
+
+
+def test_launch_removes_its_folder_and_restores_the_loggers_whatever_happens():
+    import logging
+    names = ("torch.distributed.elastic", "torch.multiprocessing")
+    for lg in names:
+        logging.getLogger(lg).setLevel(logging.INFO)
+    before = _run_dirs()
+    with pytest.raises(RankError):
+        launch(smoke.fail_on, 0, nprocs=2, show=None)
+    with pytest.raises(LaunchTimeout):
+        launch(smoke.hang_in_collective, nprocs=2, timeout=3, show=None)
+    assert _run_dirs() == before
+    assert [logging.getLogger(lg).level for lg in names] == [logging.INFO] * 2

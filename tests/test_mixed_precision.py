@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from helpers import amp as mixed
+from helpers import amp
 from helpers import theory
 from helpers.models import SimpleModel, WideMLP
 from helpers.measure import saved_bytes
@@ -93,7 +93,7 @@ def test_amp_step_keeps_master_weights_fp32_and_learns():
     torch.manual_seed(0)
     model = SimpleModel()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = mixed.grad_scaler(CPU)
+    scaler = amp.grad_scaler(CPU)
     assert not scaler.is_enabled() and scaler.state_dict() == {}  # bfloat16 on the CPU: no scaler
     x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
     losses = [train_step(model, opt, x, y, scaler, torch.bfloat16) for _ in range(20)]
@@ -115,3 +115,12 @@ def test_amp_resume_is_exact_only_with_the_scaler_state(tmp_path):
     assert a["runs"]["resumed"] == a["runs"]["straight"]
     assert all(torch.equal(a["final"]["resumed"][k], a["final"]["straight"][k]) for k in a["final"]["straight"])
     assert a["runs"]["fresh scaler"]["scale"] != a["runs"]["straight"]["scale"]
+
+
+def test_the_amp_policy_for_cuda_is_float16_with_a_scaler():
+    """The policy looks only at device.type, so the CUDA choice is checked here without a GPU."""
+    cuda = torch.device("cuda", 0)
+    assert amp.autocast_dtype(cuda) == torch.float16 and amp.needs_scaler(cuda)
+    assert amp.autocast_dtype(CPU) == torch.bfloat16 and not amp.needs_scaler(CPU)
+    assert not amp.grad_scaler(CPU).is_enabled()
+    assert amp.dtype_name(None) == "float32" and amp.dtype_name(torch.bfloat16) == "bfloat16"

@@ -32,3 +32,21 @@ def test_recipe_runs_under_the_real_torchrun_cli():
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads(out.stdout[out.stdout.index("{"):])
     assert summary["world_size"] == 2 and summary["rank"] == 0 and summary["steps"] > 0
+
+
+def test_parse_edge_cases_get_one_clear_line():
+    assert parse(["m.f", "--name=", "--epochs", "2"]) == ("m.f", {"name": "", "epochs": 2})  # empty value
+    assert parse(["m.f", "--lr", "-0.5"]) == ("m.f", {"lr": -0.5})  # a negative value is a value
+    with pytest.raises(SystemExit, match="stray argument 'extra'"):
+        parse(["m.f", "--epochs", "2", "extra"])
+    with pytest.raises(SystemExit, match="recipe comes first"):
+        parse(["--epochs", "2", "m.f"])
+    with pytest.raises(SystemExit, match="--verbose needs a value"):
+        parse(["m.f", "--verbose", "--epochs", "2"])
+
+
+def test_unknown_recipes_name_the_ones_that_exist():
+    for bad in ("nope.train", "ddp_mnist.nope", "ddp_mnist._job_that_raises"):
+        with pytest.raises(SystemExit, match=r"no recipe .*ddp_mnist\.train.*smoke\.fail_on"):
+            resolve(bad)
+    assert resolve("ddp_mnist.train").__name__ == "train"

@@ -160,3 +160,18 @@ def test_timed_training_with_and_without_overlap():
                                                          {"per_rank_batch": 16, "overlap": True}])[0]["runs"]
     assert timed["comm"] > 0 and real["comm"] == 0  # with overlap, DDP's own async all_reduce runs
     assert timed["n_params"] == 203_530 and real["buckets"] == 1
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: theory.fit_step_model([1, 1, 2, 2], [64, 64, 32, 32], [1.0, 1.1, 0.6, 0.7]), "two or more different"),
+    (lambda: theory.fit_alpha_beta([4096, 2**20], [1e-4, 1e-3]), "three or more distinct sizes"),
+    (lambda: theory.fit_alpha_beta([1, 2, 3, 4], [4.0, 3.0, 2.0, 1.0]), "bandwidth <= 0"),
+    (lambda: theory.fit_alpha_beta([1, 2, 3], [1.0, float("nan"), 2.0]), "positive, finite"),
+    (lambda: theory.fit_amdahl([2, 4, 8], [1.5]), "one speedup per p"),
+    (lambda: theory.fit_amdahl([2, 4], [1.5, float("nan")]), "finite numbers"),
+    (lambda: theory.r_squared([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]), "not all equal"),
+    (lambda: theory.diagnose(1000, 8, 0.0, 2, 1e-5, 1e-9), "positive time per sample"),
+])
+def test_fits_refuse_degenerate_input_with_what_they_need(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

@@ -52,6 +52,7 @@ def save(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Op
     ranks whether the write succeeded, so a failed save (a full disk) raises on
     every rank instead of leaving them waiting, and the previous file stays.
     """
+    _check_plain(extra or {}, "extra")  # on every rank, before any collective: all raise alike
     rngs = [None] * _world_size()
     if dist.is_initialized():
         dist.all_gather_object(rngs, rng_state())
@@ -63,6 +64,7 @@ def save(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Op
             atomic_save(seal({
                 "model": unwrap(model).state_dict(),
                 "optimizer": optimizer.state_dict() if optimizer else None,
+                "optimizer_class": type(optimizer).__name__ if optimizer else None,
                 "scaler": scaler.state_dict() if scaler else None,
                 "step": int(step), "epoch": int(epoch), "sampler": sampler_state,
                 "rng": rngs, "world_size": _world_size(), "extra": extra or {}}), path)
@@ -74,6 +76,26 @@ def save(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Op
         raise CheckpointError(f"rank 0 could not save {path}: {outcome[0]}. "
                               f"The previous checkpoint, if any, is untouched.")
     return Path(path)
+
+
+_PLAIN = (int, float, str, bool, type(None), torch.Tensor)
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Refuse what ``read`` (``weights_only=True``) would refuse later: numpy scalars, objects."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_plain(k, f"a key of {where}")
+            _check_plain(v, f"{where}[{k!r}]")
+    elif isinstance(value, (list, tuple, set)):  # a frozenset is refused by weights_only
+        for i, v in enumerate(value):
+            _check_plain(v, f"{where}[{i}]")
+    elif not isinstance(value, _PLAIN) or type(value).__module__ == "numpy":  # np.float64 is a float
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        hint = " (convert it with .item() or float())" if kind.startswith("numpy.") else ""
+        raise CheckpointError(f"{where} is a {kind}, which a safe load (weights_only=True) refuses; "
+                              f"save only tensors, numbers, strings, lists and dicts{hint}. "
+                              f"Nothing was written.")
 
 
 _SAVED = {"model", "optimizer", "scaler", "step", "epoch", "sampler", "rng", "world_size", "extra"}
@@ -90,12 +112,34 @@ def model_mismatch(model: nn.Module, state: dict) -> list[str]:
     return problems
 
 
-def _optimizer_mismatch(optimizer: torch.optim.Optimizer, state: dict | None) -> list[str]:
+def _optimizer_mismatch(optimizer: torch.optim.Optimizer, state: dict | None,
+                        saved_class: str | None) -> list[str]:
+    """How a saved optimizer state differs from ``optimizer``: its class, its parameter groups
+    (sizes), and the names of the per-parameter states it keeps. (Settings are not compared when
+    the class is known: a torch release may add one, and load_state_dict fills it in.)"""
     if state is None:
         return ["the checkpoint has no optimizer state"]
+    mine_class = type(optimizer).__name__
+    if saved_class is not None and saved_class != mine_class:
+        return [f"optimizer: checkpoint {saved_class}, here {mine_class}"]
+    problems = []
     mine = [len(g["params"]) for g in optimizer.param_groups]
     theirs = [len(g["params"]) for g in state["param_groups"]]
-    return [] if mine == theirs else [f"optimizer parameter groups: checkpoint {theirs}, here {mine}"]
+    if mine != theirs:
+        problems.append(f"optimizer parameter groups: checkpoint {theirs}, here {mine}")
+    if saved_class is None:  # a file without the class: the groups' setting names tell SGD from Adam
+        for i, (g, h) in enumerate(zip(optimizer.param_groups, state["param_groups"])):
+            ours, saved = set(g) - {"params"}, set(h) - {"params"}
+            if ours != saved:
+                problems.append(f"optimizer group {i} settings: checkpoint {sorted(saved)}, "
+                                f"here {sorted(ours)}")
+    own_state = optimizer.state_dict()["state"]
+    for k, v in state["state"].items():
+        if k in own_state and set(own_state[k]) != set(v):
+            problems.append(f"optimizer state of parameter {k}: checkpoint {sorted(v)}, "
+                            f"here {sorted(own_state[k])}")
+            break
+    return problems
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -118,7 +162,7 @@ def load(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Op
         raise IncompatibleCheckpoint(f"{path} is not a training checkpoint: it has no {absent}.")
     problems = model_mismatch(model, ckpt["model"])
     if optimizer is not None:
-        problems += _optimizer_mismatch(optimizer, ckpt["optimizer"])
+        problems += _optimizer_mismatch(optimizer, ckpt["optimizer"], ckpt.get("optimizer_class"))
     if scaler is not None and scaler.is_enabled() and not ckpt["scaler"]:
         problems.append("the GradScaler is enabled here but the checkpoint has no scaler state")
     if sampler is not None:

@@ -32,6 +32,11 @@ def digest(obj: Any) -> str:
                 walk(k)
                 walk(v)
             h.update(b"}")
+        elif isinstance(x, (set, frozenset)):  # iteration order depends on PYTHONHASHSEED
+            h.update(b"<")
+            for v in sorted(x, key=repr):
+                walk(v)
+            h.update(b">")
         elif isinstance(x, (list, tuple)):
             h.update(b"[")
             for v in x:

@@ -45,6 +45,33 @@ def count(steps: int = 20, delay: float = 0.01) -> dict:
         return {"rank": ctx.rank, "steps": steps}
 
 
+def return_unpicklable() -> dict:
+    """Returns a lambda: a value that cannot travel back to the launcher."""
+    with distributed():
+        return {"f": lambda: 1}
+
+
+def save_fails_on_rank0(path: str) -> dict:
+    """Save a checkpoint, then save again with rank 0's disk full; report what every rank saw."""
+    from helpers import checkpoint
+    from helpers.checkpoint import atomic
+    from helpers.models import SimpleModel
+    with distributed() as ctx:
+        model = SimpleModel()
+        checkpoint.save(path, model=model, step=1)
+        if ctx.rank == 0:  # the disk fills up: the write is buffered, its fsync fails
+            def full_disk(fd):
+                raise OSError(28, "No space left on device")
+            atomic.os.fsync = full_disk  # in rank 0's own process, which ends with the job
+        try:
+            checkpoint.save(path, model=model, step=2)
+            error = None
+        except checkpoint.CheckpointError as e:
+            error = str(e)
+        dist.barrier()
+        return {"rank": ctx.rank, "error": error}
+
+
 def return_tensor(n: int = 4) -> dict:
     with distributed() as ctx:
         return {"rank": ctx.rank, "tensor": torch.arange(n) * (ctx.rank + 1)}

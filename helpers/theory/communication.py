@@ -19,6 +19,9 @@ def comm_time(message_bytes, bandwidth, latency):
 def r_squared(y, y_hat) -> float:
     """Coefficient of determination: 1 - (residual sum of squares) / (total sum of squares)."""
     y, y_hat = np.asarray(y, dtype=float), np.asarray(y_hat, dtype=float)
+    if y.size < 2 or np.all(y == y[0]):
+        raise ValueError("r_squared needs two or more values that are not all equal: "
+                         "a constant has no variance for a fit to explain")
     return float(1.0 - np.sum((y - y_hat) ** 2) / np.sum((y - y.mean()) ** 2))
 
 
@@ -55,17 +58,18 @@ def fit_alpha_beta(message_bytes, seconds) -> AlphaBetaFit:
     Standard errors come from the weighted residuals (needs three or more sizes).
     """
     m, t = np.asarray(message_bytes, dtype=float), np.asarray(seconds, dtype=float)
+    if m.shape != t.shape or len(np.unique(m)) < 3 or not np.all(np.isfinite(t)) or np.any(t <= 0):
+        raise ValueError("fit_alpha_beta needs three or more distinct sizes, each with a positive, "
+                         f"finite time (got {len(np.unique(m))} sizes)")
     design = np.column_stack([np.ones_like(m), m]) / t[:, None]
     target = np.ones_like(t)  # t / t
     coef, *_ = np.linalg.lstsq(design, target, rcond=None)
     latency, inv_bw = coef
-    dof = len(t) - 2
-    if dof > 0:
-        sigma2 = float(np.sum((target - design @ coef) ** 2)) / dof
-        cov = sigma2 * np.linalg.inv(design.T @ design)
-        latency_err, inv_bw_err = np.sqrt(np.diag(cov))
-    else:
-        latency_err = inv_bw_err = float("nan")
+    if inv_bw <= 0:
+        raise ValueError("fit_alpha_beta found time falling as messages grow (a bandwidth <= 0): "
+                         "the sizes do not reach the bandwidth-bound end, or the timings are noise")
+    sigma2 = float(np.sum((target - design @ coef) ** 2)) / (len(t) - 2)
+    latency_err, inv_bw_err = np.sqrt(np.diag(sigma2 * np.linalg.inv(design.T @ design)))
     return AlphaBetaFit(float(latency), float(1.0 / inv_bw), float(latency_err),
                         float(inv_bw_err / inv_bw ** 2))
 
@@ -138,6 +142,9 @@ def diagnose(n_params: int, per_rank_batch: int, t_per_sample: float, p: int, st
     seconds_per_byte: the ring model's (``ring_from_fit``). ``speedup`` is the throughput of p
     ranks over one process at the same per-rank batch (which sends nothing).
     """
+    if t_per_sample <= 0 or per_rank_batch < 1 or p < 1:
+        raise ValueError("diagnose needs a positive time per sample, a per-rank batch >= 1 and p >= 1; "
+                         f"got t_per_sample={t_per_sample}, per_rank_batch={per_rank_batch}, p={p}")
     grad_bytes = n_params * bytes_per_grad
     t_compute = per_rank_batch * t_per_sample + t_fixed
     t_comm = float(ring_allreduce_time(grad_bytes, p, step_latency, seconds_per_byte)) if p > 1 else 0.0

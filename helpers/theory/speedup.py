@@ -6,6 +6,17 @@ from dataclasses import dataclass
 import numpy as np
 
 
+def _finite(fit: str, **arrays) -> list[np.ndarray]:
+    """The arrays as floats, refused unless every value is a finite number."""
+    out = []
+    for name, values in arrays.items():
+        a = np.asarray(values, dtype=float)
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"{fit} needs finite numbers; {name} has {a[~np.isfinite(a)][:3].tolist()}")
+        out.append(a)
+    return out
+
+
 def amdahl(p, alpha):
     """Strong scaling: S(p) = 1 / (alpha + (1 - alpha) / p) for a fixed total workload.
 
@@ -66,7 +77,10 @@ def fit_amdahl(p, speedup) -> AmdahlFit:
     (x = 0). The standard error comes from the residuals, so it needs two or more
     points with p > 1 (repeats count); with fewer it is nan.
     """
-    p, speedup = np.asarray(p, dtype=float), np.asarray(speedup, dtype=float)
+    p, speedup = _finite("fit_amdahl", p=p, speedup=speedup)
+    if p.shape != speedup.shape:
+        raise ValueError(f"fit_amdahl needs one speedup per p: got {p.size} p values and "
+                         f"{speedup.size} speedups")
     x, y = 1.0 - 1.0 / p, 1.0 / speedup - 1.0 / p
     sxx = float(np.sum(x * x))
     if sxx == 0.0:
@@ -104,8 +118,11 @@ class StepModel:
 
 def fit_step_model(p, per_rank_batch, seconds) -> StepModel:
     """Least squares for ``StepModel`` over measured step times (one row per p, b measurement)."""
-    p, b, t = (np.asarray(v, dtype=float) for v in (p, per_rank_batch, seconds))
+    p, b, t = _finite("fit_step_model", p=p, per_rank_batch=per_rank_batch, seconds=seconds)
     ranks = sorted({int(v) for v in p})
     design = np.column_stack([(p == r).astype(float) for r in ranks] + [b])
+    if np.linalg.matrix_rank(design) < design.shape[1]:
+        raise ValueError("fit_step_model needs, at some p, two or more different per-rank batches: "
+                         "with one batch per p, the serial time and the time per sample cannot be told apart")
     coef, *_ = np.linalg.lstsq(design, t, rcond=None)
     return StepModel({r: float(c) for r, c in zip(ranks, coef[:-1])}, float(coef[-1]))
