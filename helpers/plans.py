@@ -1,0 +1,85 @@
+"""What a chapter launches, planned from the machine's facts alone.
+
+A plan reads a ``Machine`` and nothing else, so a unit test can plan for every
+machine a reader brings (``PROFILES``) while the real runs use this one::
+
+    ranks = plans.speedup_ranks(machine.this())
+    helpers.launch(..., nprocs=max(ranks.ps), backend=ranks.backend)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .machine import Machine
+
+# The machines the book is planned for: a unit test takes every chapter's plan through each.
+PROFILES = {
+    "CPU only, 1 core": Machine(cores=1),
+    "CPU only, 2 cores": Machine(cores=2),
+    "CPU only, 16 cores": Machine(cores=16),
+    "CPU only, 64 cores": Machine(cores=64),
+    "Colab: 1 GPU + 2 cores": Machine(cores=2, gpus=("Tesla T4",)),
+    "1 GPU + 16 cores": Machine(cores=16, gpus=("NVIDIA H200",)),
+    "2 GPUs + 16 cores": Machine(cores=16, gpus=("NVIDIA A100",) * 2),
+    "8 GPUs + 96 cores": Machine(cores=96, gpus=("NVIDIA H100",) * 8),
+}
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The rank counts of a sweep, and what its ranks run on.
+
+    ``ok``: counts at which every rank has a device of its own (a GPU under NCCL, else a
+    core under gloo); ``over``: one count past that, run where it teaches what
+    oversubscription does, else None; ``shared``: on a 1-core machine the sweep still runs
+    2 ranks, which then share the core (the chapter warns).
+    """
+
+    backend: str
+    units: int
+    ok: tuple[int, ...]
+    over: int | None
+    shared: bool = False
+
+    @property
+    def ps(self) -> tuple[int, ...]:
+        return self.ok + ((self.over,) if self.over else ())
+
+    @property
+    def device(self) -> str:
+        return "GPU" if self.backend == "nccl" else "CPU core"
+
+    def describe(self) -> str:
+        """One sentence for the prose: where the ranks of this sweep run."""
+        where = (f"one {self.device} each, over {self.backend}" if not self.shared else
+                 f"2 ranks sharing this machine's single core, over {self.backend}")
+        past = f", and p = {self.over} is past the {self.units} {self.device}s" if self.over else ""
+        return f"p = {', '.join(map(str, self.ok))} ran with {where}{past}"
+
+
+def rank_units(m: Machine) -> tuple[str, int]:
+    """NCCL with one GPU per rank where there are two GPUs or more; else gloo, one core per rank.
+
+    A single GPU cannot give two ranks a device each, so a sweep over p runs on the CPU there.
+    """
+    return ("nccl", m.n_gpus) if m.n_gpus >= 2 else ("gloo", m.cores)
+
+
+def speedup_ranks(m: Machine, most: int = 16) -> Ranks:
+    """Chapter 4.1: p = 1, 2, 4, ... up to the devices (16 at most), and on a CPU with 8 cores or
+    fewer one point at twice the cores. A 1-core machine still runs p = 2, sharing its core."""
+    backend, units = rank_units(m)
+    if units == 1:
+        return Ranks(backend, units, (1, 2), None, shared=True)
+    ok = tuple(2**k for k in range(5) if 2**k <= min(units, most))
+    return Ranks(backend, units, ok, 2 * units if backend == "gloo" and units <= 8 else None)
+
+
+def communication_ranks(m: Machine) -> Ranks:
+    """Chapter 4.2: all_reduce sweeps at p = 2, 4, 8 up to the devices, and on a CPU with 4 cores
+    or fewer one sweep at twice the cores. A 1-core machine still runs p = 2, sharing its core."""
+    backend, units = rank_units(m)
+    if units == 1:
+        return Ranks(backend, units, (2,), None, shared=True)
+    ok = tuple(p for p in (2, 4, 8) if p <= units)
+    return Ranks(backend, units, ok, 2 * units if backend == "gloo" and units <= 4 else None)
