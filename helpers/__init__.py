@@ -1,7 +1,7 @@
 """The package behind the book's notebooks: launch real distributed jobs, measure, explain."""
-from .launch import LaunchError, LaunchTimeout, RankError, launch
+from .launch import LaunchError, LaunchTimeout, RankError, SharedCoresWarning, launch
 
-__all__ = ["launch", "LaunchError", "LaunchTimeout", "RankError", "load_ipython_extension"]
+__all__ = ["launch", "LaunchError", "LaunchTimeout", "RankError", "SharedCoresWarning", "load_ipython_extension"]
 
 
 def load_ipython_extension(ipython):

@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,7 +41,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from . import protocol
+from . import plans, protocol
 from .displays import ProgressDisplay
 from .worker import RankSpec, rank_entry
 from .live import LogTail
@@ -54,6 +55,10 @@ PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch.distributed
 
 class LaunchError(RuntimeError):
     """The job could not run as asked (bad arguments); nothing was started."""
+
+
+class SharedCoresWarning(UserWarning):
+    """More ranks than cores: the job runs, but its timings do not mean what they would."""
 
 
 class RankError(RuntimeError):
@@ -197,6 +202,8 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing here
         raise LaunchError(f"the arguments cannot be sent to other processes: {e}") from None
     shown = _shown_ranks(show, nprocs)
+    if note := plans.job(this_machine(), nprocs, backend).warning():
+        warnings.warn(note, SharedCoresWarning, stacklevel=2)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
     env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo"}

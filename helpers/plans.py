@@ -12,6 +12,17 @@ from dataclasses import dataclass
 
 from .machine import Machine
 
+# Every fixed-size launch in the chapters, by notebook: a test holds this table true to their cells.
+CHAPTER_JOBS = {
+    "01_background": (1, 2),
+    "03_1_data_parallel": (2, 3),
+    "03_2_model_parallel": (2, 4),
+    "05_1_ddp_training": (1, 2),
+    "05_2_amp_training": (2,),
+    "05_3_model_parallel_training": (2, 4),
+    "05_4_checkpointing": (1, 2, 4),
+}
+
 # The machines the book is planned for: a unit test takes every chapter's plan through each.
 PROFILES = {
     "CPU only, 1 core": Machine(cores=1),
@@ -55,6 +66,50 @@ class Ranks:
                  f"2 ranks sharing this machine's single core, over {self.backend}")
         past = f", and p = {self.over} is past the {self.units} {self.device}s" if self.over else ""
         return f"p = {', '.join(map(str, self.ok))} ran with {where}{past}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One launch of ``nprocs`` ranks, and where they run on a machine (``launch`` picks the same)."""
+
+    nprocs: int
+    backend: str
+    cores: int
+
+    @property
+    def shared(self) -> bool:
+        """More ranks than cores: they still run, but take turns on the cores."""
+        return self.backend == "gloo" and self.nprocs > self.cores
+
+    def describe(self) -> str:
+        ranks = _plural(self.nprocs, "rank")
+        if self.backend == "nccl":
+            return f"{ranks} on {_plural(self.nprocs, 'GPU')}, one each, over NCCL"
+        if self.shared:
+            return f"{ranks} on the CPU over gloo, sharing its {_plural(self.cores, 'core')}"
+        each = self.cores // self.nprocs
+        return f"{ranks} on the CPU over gloo, {_plural(each, 'core')} each"
+
+    def warning(self) -> str | None:
+        if not self.shared:
+            return None
+        return (f"{_plural(self.nprocs, 'rank')} share {_plural(self.cores, 'CPU core')}: the job runs, "
+                f"but its ranks take turns, so its timings are not what {self.nprocs} cores would give.")
+
+
+def job(m: Machine, nprocs: int, backend: str | None = None) -> Job:
+    """Where ``nprocs`` ranks run here: the backend given, else the one ``launch`` would pick."""
+    return Job(nprocs, backend or m.backend(nprocs), m.cores)
+
+
+def chapter_jobs(m: Machine, chapter: str) -> str:
+    """One sentence for a chapter's prose: where each of its launches ran on this machine."""
+    runs = "; ".join(job(m, n).describe() for n in CHAPTER_JOBS[chapter])
+    return f"On this machine ({m.describe()}), this chapter's jobs ran as {runs}."
 
 
 def rank_units(m: Machine) -> tuple[str, int]:

@@ -24,9 +24,11 @@ def test_results_come_back_per_rank_rank0_first():
     assert results[0]["pid"] != results[1]["pid"] != os.getpid()
 
 
-def test_more_ranks_than_cores():
-    results = launch(smoke.allreduce_rank, nprocs=3)
-    assert [r["sum"] for r in results] == [3.0] * 3
+def test_more_ranks_than_cores_run_with_a_warning():
+    n = this_machine().cores + 1
+    with pytest.warns(helpers.SharedCoresWarning, match=f"{n} ranks share {this_machine().cores} CPU core"):
+        results = launch(smoke.allreduce_rank, nprocs=n)
+    assert [r["sum"] for r in results] == [sum(range(n))] * n
 
 
 def test_tensors_come_back():
