@@ -17,6 +17,7 @@ CHAPTER_JOBS = {
     "01_background": (1, 2),
     "03_1_data_parallel": (2, 3),
     "03_2_model_parallel": (2, 4),
+    "04_2_communication": (2,),
     "05_1_ddp_training": (1, 2),
     "05_2_amp_training": (2,),
     "05_3_model_parallel_training": (2, 4),
@@ -110,6 +111,11 @@ def chapter_jobs(m: Machine, chapter: str) -> str:
     """One sentence for a chapter's prose: where each of its launches ran on this machine."""
     runs = "; ".join(job(m, n).describe() for n in CHAPTER_JOBS[chapter])
     return f"On this machine ({m.describe()}), this chapter's jobs ran as {runs}."
+
+
+def split_devices(m: Machine) -> tuple[str, str]:
+    """Where the article's two-device model puts its halves in one process: two GPUs, else the CPU twice."""
+    return ("cuda:0", "cuda:1") if m.n_gpus >= 2 else ("cpu", "cpu")
 
 
 def rank_units(m: Machine) -> tuple[str, int]:

@@ -1,7 +1,10 @@
 """Every chapter's plan, taken through every machine a reader brings (the real runs see only this one)."""
+import re
+
+import chapter_cells
 import pytest
 
-from helpers import plans
+from helpers import plans, sentences
 from helpers.machine import Machine
 
 PROFILES = list(plans.PROFILES.items())
@@ -46,3 +49,66 @@ def test_communication_plan_is_valid_on_every_profile(name, m):
 def test_speedup_plans_by_hand(m, ok, over):
     r = plans.speedup_ranks(m)
     assert (r.ok, r.over) == (ok, over)
+
+
+# --- Every chapter's fixed launches and its sentences about the machine, on every profile ------------
+
+CHAPTERS = {p.stem: p for p in chapter_cells.NOTEBOOKS}
+PLANNED = {"04_1_speedup", "04_2_communication"}  # their sweeps come from plans.*_ranks
+CLAIMS_A_GPU = re.compile(r"\bran\b[^.;:]*\bGPUs?\b|\bNCCL\b|cuda:\d")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_job_table_is_what_each_chapter_launches(chapter):
+    fixed, planned = chapter_cells.launches(CHAPTERS[chapter])
+    assert fixed == set(plans.CHAPTER_JOBS.get(chapter, ())), (chapter, fixed)
+    assert not planned or chapter in PLANNED, f"{chapter} launches nprocs={planned}: plan it in helpers.plans"
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_every_fixed_job_runs_on_every_profile(name, m):
+    for chapter, counts in plans.CHAPTER_JOBS.items():
+        for n in counts:
+            job = plans.job(m, n)
+            assert n <= 4, (chapter, n)  # bounded: a fixed job never grows with the machine
+            assert job.backend == "gloo" or n <= m.n_gpus, (chapter, job)  # NCCL only with a GPU per rank
+            # More ranks than cores is the stated fallback: the job runs, with a warning saying so.
+            assert job.shared == (job.backend == "gloo" and n > m.cores) == bool(job.warning())
+            assert job.describe().startswith(f"{n} rank")
+        assert plans.chapter_jobs(m, chapter).startswith(f"On this machine ({m.describe()})")
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_sentences_fit_every_profile(name, m):
+    for chapter, make in sentences.CHAPTERS.items():
+        said = make(m)
+        assert said.keys() == make(plans.PROFILES["CPU only, 2 cores"]).keys(), chapter  # same names everywhere
+        assert all(isinstance(v, str) and v for v in said.values()), (chapter, said)
+        for key, text in said.items():
+            if m.n_gpus:
+                assert "no GPU" not in text, (name, chapter, key, text)
+            else:
+                assert not CLAIMS_A_GPU.search(text), (name, chapter, key, text)
+
+
+def test_sentences_change_with_the_machine():
+    cpu, colab, node = (plans.PROFILES[k] for k in ("CPU only, 2 cores", "Colab: 1 GPU + 2 cores", "8 GPUs + 96 cores"))
+    assert sentences.mixed_precision(colab)["gpu_case"] == "It ran on this machine's GPU, a Tesla T4"
+    assert "one GPU cannot give two ranks" in sentences.amp_training(colab)["gpu_case"]
+    assert sentences.checkpointing(node)["map_location_here"].startswith("Here each rank loaded onto its own GPU")
+    assert sentences.checkpointing(cpu)["map_location_here"].startswith("Here the ranks ran on the CPU")
+    assert "sharing its 1 core" in sentences.background(plans.PROFILES["CPU only, 1 core"])["runs_where"]
+    assert "2 ranks on 2 GPUs, one each, over NCCL" in sentences.background(node)["runs_where"]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_glued_name_the_prose_uses_is_produced_on_every_profile(chapter):
+    path = CHAPTERS[chapter]
+    calls = chapter_cells.glue_calls(path)
+    # A glue inside an if or a loop would make a name exist on some machines only.
+    assert all(top for _, top in calls), f"{chapter}: call book.glue at the top level of its cell"
+    for name, m in PROFILES:
+        said = set(sentences.CHAPTERS[chapter](m)) if chapter in sentences.CHAPTERS else set()
+        names, patterns = chapter_cells.glued_names(path, said)
+        missing = {r for r in chapter_cells.glue_refs(path) if r not in names and not any(p.fullmatch(r) for p in patterns)}
+        assert not missing, (chapter, name, missing)

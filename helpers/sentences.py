@@ -1,0 +1,120 @@
+"""What each chapter says about the machine it ran on, built from the machine's facts, never typed.
+
+A chapter's prose glues these in: ``book.glue(**sentences.for_chapter("05_4_checkpointing", here))``.
+Each function reads only a ``Machine`` and the plan ``launch`` follows on it (``plans.job``), so
+a unit test can read every chapter's sentences on every profile in ``plans.PROFILES``: the names
+are the same on each machine, only the text changes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import plans
+from .machine import Machine
+
+
+def _runs(m: Machine, chapter: str) -> dict[str, str]:
+    return {"runs_where": plans.chapter_jobs(m, chapter)}
+
+
+def _ran_on_gpus(m: Machine, nprocs: int) -> bool:
+    return plans.job(m, nprocs).backend == "nccl"
+
+
+def background(m: Machine) -> dict[str, str]:
+    return {"machine_described": m.describe(), **_runs(m, "01_background")}
+
+
+def data_parallel(m: Machine) -> dict[str, str]:
+    """3.1: the bucket timeline ran with 2 ranks, on GPUs or not; nn.DataParallel ran where 2 GPUs are."""
+    on_gpus = _ran_on_gpus(m, 2)
+    case = "the run above is that case" if on_gpus else "that case was not measured"
+    if m.n_gpus >= 2:
+        dp = (f"ran here, on {m.n_gpus} GPUs, and ended with the weights of one GPU training on the "
+              "global batch (asserted)")
+    else:
+        dp = (f"did not run here: this machine has {m.describe()}, and nn.DataParallel needs at least "
+              "2 GPUs. On a machine with 2 or more, this cell runs it and asserts its weights equal "
+              "those of one GPU training on the global batch")
+    return {"tl_where": "unlike this run, which used NCCL" if on_gpus else "as in this run",
+            "tl_gpu_case": f"This machine has {m.describe()}, so {case}", "dp_status": dp,
+            **_runs(m, "03_1_data_parallel")}
+
+
+def _split_why(m: Machine) -> str:
+    """Why the article's two-device model ran where ``plans.split_devices`` put it."""
+    if plans.split_devices(m)[1] != "cpu":
+        return "as the article intends"
+    return f"because this machine has {m.describe()}: the two-GPU path did not run here"
+
+
+def model_parallel(m: Machine) -> dict[str, str]:
+    first, second = plans.split_devices(m)
+    where = f"{first} and {second}" if second != "cpu" else "the CPU for both halves"
+    return {"mp_inproc_where": f"{where}, {_split_why(m)}", **_runs(m, "03_2_model_parallel")}
+
+
+def mixed_precision(m: Machine) -> dict[str, str]:
+    """3.3 runs in one process on ``machine.default_device()``: the first GPU, else the CPU."""
+    gpu = m.gpus[0] if m.gpus else None
+    return {"gpu_case": f"It ran on this machine's GPU, a {gpu}" if gpu
+            else f"It did not run on a GPU here: this machine has {m.describe()}",
+            "fp16_units": "has them, so here float16 need not be slow" if m.native_fp16 else "has none",
+            "cuda_peak_case": f"It ran here, on the {gpu}" if gpu
+            else f"It did not run here: this machine has {m.describe()}"}
+
+
+def amp_training(m: Machine) -> dict[str, str]:
+    """5.2's DDP runs have 2 ranks: on GPUs only where there are two."""
+    if _ran_on_gpus(m, 2):
+        gpu_case = f"here it ran on {m.n_gpus} GPUs" if m.n_gpus == 2 else "here it ran on 2 of the GPUs"
+    elif m.n_gpus == 1:
+        gpu_case = ("one GPU cannot give two ranks a device each, so here they ran on the CPU "
+                    "(chapter 3.3 ran float16 on this machine's GPU)")
+    else:
+        gpu_case = f"it did not run on GPUs here: this machine has {m.describe()}"
+    return {"gpu_case": gpu_case, "amp_resume_where": "on the GPUs" if _ran_on_gpus(m, 2) else "on the CPU too",
+            **_runs(m, "05_2_amp_training")}
+
+
+def model_parallel_training(m: Machine) -> dict[str, str]:
+    """5.3: the article's split in one process, then 2 stages in 2 ranks, then 2 x 2 in 4 ranks."""
+    first, second = plans.split_devices(m)
+    where = f"on {first} and {second}" if second != "cpu" else "with both halves on the CPU"
+    if _ran_on_gpus(m, 4):
+        note = "This machine has enough GPUs for the NCCL path, and it ran on them."
+    elif _ran_on_gpus(m, 2):
+        note = (f"Here the two-stage run used NCCL, but this machine has {m.describe()}, "
+                "too few for 4 ranks, so the hybrid ran on the CPU over gloo.")
+    else:
+        note = f"That path did not run here: this machine has {m.describe()}."
+    return {"mpt_where": f"{where}, {_split_why(m)}", "mpt_gpu_note": note, **_runs(m, "05_3_model_parallel_training")}
+
+
+def checkpointing(m: Machine) -> dict[str, str]:
+    if _ran_on_gpus(m, 2):
+        here = "Here each rank loaded onto its own GPU, which is what the fix is for"
+    else:
+        here = "Here the ranks ran on the CPU, so this fix changed nothing in this run"
+    return {"map_location_here": here, **_runs(m, "05_4_checkpointing")}
+
+
+def ddp_training(m: Machine) -> dict[str, str]:
+    return _runs(m, "05_1_ddp_training")
+
+
+# The chapters whose prose speaks of the machine, by notebook.
+CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
+    "01_background": background,
+    "03_1_data_parallel": data_parallel,
+    "03_2_model_parallel": model_parallel,
+    "03_3_mixed_precision": mixed_precision,
+    "05_1_ddp_training": ddp_training,
+    "05_2_amp_training": amp_training,
+    "05_3_model_parallel_training": model_parallel_training,
+    "05_4_checkpointing": checkpointing,
+}
+
+
+def for_chapter(chapter: str, m: Machine) -> dict[str, str]:
+    return CHAPTERS[chapter](m)
