@@ -99,6 +99,22 @@ def checkpointing(m: Machine) -> dict[str, str]:
     return {"map_location_here": here, **_runs(m, "05_4_checkpointing")}
 
 
+def speedup(m: Machine) -> dict[str, str]:
+    """4.1's claims that hold only where every rank of p = 2 has a core (or GPU) of its own."""
+    ranks = plans.speedup_ranks(m)
+    if ranks.shared:
+        turns = "the two ranks take turns on this machine's one core"
+        return {"shrink_claim": f"(asserted above 0.8: {turns}, so the parallel part gets no faster)",
+                "weak_claim": f"(asserted below 1.25 times: {turns})",
+                "past_claim": "This run had one core, so no point past it was planned."}
+    past = (f"Past the {ranks.units} {ranks.device}s the efficiency falls further (asserted), for the "
+            "reason above." if ranks.over else
+            f"This run planned no point past its {ranks.units} {ranks.device}s.")
+    return {"shrink_claim": "(asserted between 0.4 and 0.8; not quite 0.5, because two busy cores share "
+                            "one memory system)" if ranks.backend == "gloo" else "(asserted between 0.4 and 0.8)",
+            "weak_claim": "(asserted higher)", "past_claim": past}
+
+
 def ddp_training(m: Machine) -> dict[str, str]:
     return _runs(m, "05_1_ddp_training")
 
@@ -109,6 +125,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "03_1_data_parallel": data_parallel,
     "03_2_model_parallel": model_parallel,
     "03_3_mixed_precision": mixed_precision,
+    "04_1_speedup": speedup,
     "05_1_ddp_training": ddp_training,
     "05_2_amp_training": amp_training,
     "05_3_model_parallel_training": model_parallel_training,
