@@ -1,4 +1,8 @@
 """The package behind the book's notebooks: launch real distributed jobs, measure, explain."""
+from . import compat
+
+compat.check()  # before anything else meets an API the installed torch lacks
+
 from .launch import LaunchError, LaunchTimeout, RankError, SharedCoresWarning, launch
 
 __all__ = ["launch", "LaunchError", "LaunchTimeout", "RankError", "SharedCoresWarning", "load_ipython_extension"]

@@ -39,9 +39,9 @@ import psutil
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+from torch.distributed.launcher.api import elastic_launch
 
-from . import plans, protocol
+from . import compat, plans, protocol
 from .displays import ProgressDisplay
 from .worker import RankSpec, rank_entry
 from .live import LogTail
@@ -212,7 +212,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     if threads:
         env[protocol.THREADS] = str(threads)
     spec = RankSpec(fn, args, kwargs, str(run_dir), env)
-    config = LaunchConfig(
+    config = compat.launch_config(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
         max_restarts=0, monitor_interval=0.02, start_method="forkserver",

@@ -113,9 +113,15 @@ def chapter_jobs(m: Machine, chapter: str) -> str:
     return f"On this machine ({m.describe()}), this chapter's jobs ran as {runs}."
 
 
+def two_gpus_in_one_process(m: Machine) -> bool:
+    """Whether one process can drive two GPUs: what nn.DataParallel (3.1) and the article's
+    model split (3.2, 5.3) need to run as the article wrote them."""
+    return m.n_gpus >= 2
+
+
 def split_devices(m: Machine) -> tuple[str, str]:
     """Where the article's two-device model puts its halves in one process: two GPUs, else the CPU twice."""
-    return ("cuda:0", "cuda:1") if m.n_gpus >= 2 else ("cpu", "cpu")
+    return ("cuda:0", "cuda:1") if two_gpus_in_one_process(m) else ("cpu", "cpu")
 
 
 def rank_units(m: Machine) -> tuple[str, int]:

@@ -29,7 +29,7 @@ def data_parallel(m: Machine) -> dict[str, str]:
     """3.1: the bucket timeline ran with 2 ranks, on GPUs or not; nn.DataParallel ran where 2 GPUs are."""
     on_gpus = _ran_on_gpus(m, 2)
     case = "the run above is that case" if on_gpus else "that case was not measured"
-    if m.n_gpus >= 2:
+    if plans.two_gpus_in_one_process(m):
         dp = (f"ran here, on {m.n_gpus} GPUs, and ended with the weights of one GPU training on the "
               "global batch (asserted)")
     else:

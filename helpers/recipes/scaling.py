@@ -105,9 +105,12 @@ class Trainer:
 
     def facts(self) -> dict:
         """What the predictions need: gradient bytes, parameters, and how many all_reduces DDP issues."""
-        logged = self.ddp._get_ddp_logging_data()  # private, so read defensively
+        # Private, so read defensively. DDP rebuilds its buckets after the first backward, in the
+        # order the gradients arrived; these are the sizes it all-reduces from then on (torch >= 2.7).
+        logged = self.ddp._get_ddp_logging_data()
+        sizes = str(logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", ""))
         return {"grad_bytes": param_bytes(self.net), "n_params": n_params(self.net),
-                "buckets": int(logged.get("num_buckets_reduced", 0)), "per_rank_batch": self.per_rank_batch}
+                "buckets": len([s for s in sizes.split(",") if s.strip()]), "per_rank_batch": self.per_rank_batch}
 
 
 def medians(rows: list[dict]) -> dict:

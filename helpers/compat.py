@@ -1,0 +1,40 @@
+"""The one place that knows how torch releases differ, so the rest of helpers/ reads as one version.
+
+The book is pinned to torch 2.14.1 (requirements.txt) and tested there. It also
+runs on every release from ``OLDEST`` on; bench/RESULTS.md records which tests
+were run on which release, and what older releases lack.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import torch
+from torch.distributed.launcher.api import LaunchConfig
+
+OLDEST = (2, 7)  # 2.6 lacks FSDP2 on the CPU and dcp.save(no_dist=True), which 5.4 uses
+
+
+def version(text: str = torch.__version__) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as '2.14.1+cu130'."""
+    found = re.match(r"(\d+)\.(\d+)", text)
+    if not found:
+        raise ValueError(f"not a torch version: {text!r}")
+    return int(found[1]), int(found[2])
+
+
+def check(text: str = torch.__version__) -> None:
+    """Fail with one clear line on a torch the book does not run on."""
+    if version(text) < OLDEST:
+        raise RuntimeError(f"the book needs torch {OLDEST[0]}.{OLDEST[1]} or newer; this is torch {text}. "
+                           f"`pip install -r requirements.txt` installs the tested one")
+
+
+def launch_config(**settings) -> LaunchConfig:
+    """A LaunchConfig, leaving out settings this torch's agent does not have yet.
+
+    ``shutdown_timeout`` (how long the agent waits after SIGTERM before SIGKILL)
+    arrived after 2.7; there, the agent's fixed 30 s wait applies instead.
+    """
+    known = {f.name for f in dataclasses.fields(LaunchConfig)}
+    return LaunchConfig(**{k: v for k, v in settings.items() if k in known})
