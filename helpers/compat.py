@@ -1,8 +1,8 @@
 """The one place that knows how torch releases differ, so the rest of helpers/ reads as one version.
 
-The book is pinned to torch 2.14.1 (requirements.txt) and tested there. It also
-runs on every release from ``OLDEST`` on; bench/RESULTS.md records which tests
-were run on which release, and what older releases lack.
+The book is pinned to torch 2.14.1 (requirements.txt) and tested there. Older
+releases down to ``OLDEST`` pass helpers' unit tests; bench/RESULTS.md records
+what was run on which release, and what the older ones lack.
 """
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ import re
 
 import torch
 from torch.distributed.launcher.api import LaunchConfig
+from torch.nn.parallel import distributed as _ddp
 
 OLDEST = (2, 7)  # 2.6 lacks FSDP2 on the CPU and dcp.save(no_dist=True), which 5.4 uses
+
+# DDP's default bucket cap (3.1). Newer releases name it; 2.7 wrote the 25 inline in DDP.__init__.
+DDP_BUCKET_CAP_MB = getattr(_ddp, "_DEFAULT_BUCKET_CAP_MB", 25)
 
 
 def version(text: str = torch.__version__) -> tuple[int, int]:
