@@ -4,7 +4,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test unit notebooks build lab bench clean
+.PHONY: book test unit notebooks build browser browser-deps lab bench clean mathjax
+
+# MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
+MATHJAX_VERSION := 3.2.2
+MATHJAX := book/_static/mathjax/tex-mml-chtml.js
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,15 +16,23 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
+$(MATHJAX):
+	rm -rf $(@D) && mkdir -p $(@D) && tmp=$$(mktemp -d) && \
+	  (cd $$tmp && npm pack --silent mathjax@$(MATHJAX_VERSION) >/dev/null && tar xzf mathjax-$(MATHJAX_VERSION).tgz) && \
+	  cd $$tmp/package/es5 && cp -r tex-mml-chtml.js input output ui a11y sre adaptors $(CURDIR)/$(@D)/ && rm -rf $$tmp
+
+mathjax: $(MATHJAX)
+
 ## The web book, every notebook executed: _build/html/index.html
-book: $(STAMP)
+book: $(STAMP) $(MATHJAX)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 
-## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build.
-test: unit notebooks build
+## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build,
+## then the built site and JupyterLab in a real browser.
+test: unit notebooks build browser
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.
 notebooks: $(STAMP)
@@ -28,6 +40,17 @@ notebooks: $(STAMP)
 		--nbval-cell-timeout=600 notebooks -q
 
 build: book
+
+# Debian's chromium and its driver (Playwright's own browser download is not needed).
+browser-deps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } || \
+	  { echo "The browser tests need chromium and chromedriver on PATH: apt-get install chromium chromium-driver"; exit 1; }
+
+## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
+browser: $(STAMP) browser-deps
+	$(BIN)/python -m pytest tests/browser -q
 
 ## The notebooks, live, in JupyterLab.
 lab: $(STAMP)

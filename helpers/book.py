@@ -57,3 +57,20 @@ def check(answer: Any, is_right: Callable[[Any], bool], hint: str) -> bool | Non
     ok = bool(is_right(answer))
     print("Correct." if ok else f"Not quite. Hint: {hint}")
     return ok
+
+
+class FigureAltText:
+    """myst-nb mime renderer (entry point in pyproject.toml): a PNG output that carries an ``alt``
+    in its metadata (``helpers.plots.alt_text``) becomes an image with that description."""
+
+    mime_priority_overrides = ()
+
+    @staticmethod
+    def handle_mime(renderer, data, inline: bool):
+        alt = data.output_metadata.get(data.mime_type, {}).get("alt") if data.mime_type == "image/png" else None
+        if not alt:
+            return None
+        nodes = renderer.render_image_inline(data) if inline else renderer.render_image(data)
+        for node in nodes:
+            node["alt"] = str(alt)
+        return nodes

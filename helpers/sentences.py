@@ -135,3 +135,11 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
 
 def for_chapter(chapter: str, m: Machine) -> dict[str, str]:
     return CHAPTERS[chapter](m)
+
+
+def landing(m: Machine) -> dict[str, str]:
+    """The landing page: the machine that built the site, and each chapter's launches on it (Markdown)."""
+    rows = [f"| {{doc}}`/notebooks/{chapter}` | {'; '.join(plans.job(m, n).describe() for n in ns)} |"
+            for chapter, ns in plans.CHAPTER_JOBS.items()]
+    table = "\n".join(["| chapter | its fixed launches, as they ran here |", "|---|---|", *rows])
+    return {"built_on": m.describe(), "launches_table": table}

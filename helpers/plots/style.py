@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from .alt_text import show_with_alt_text
+
 # One colour per kind, across every figure: a phase of a step, a kind of byte, a schedule's work.
 COLORS = {
     # a training step's phases
@@ -28,4 +30,5 @@ def finish(fig, tight: bool = True):
     if tight:
         fig.tight_layout()
     plt.close(fig)
+    show_with_alt_text()  # after pyplot set up the inline backend, whose PNG formatter this replaces
     return fig

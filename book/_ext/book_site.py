@@ -1,0 +1,53 @@
+"""The web book's own Sphinx extension: a site that reads the same with or without the internet.
+
+* MathJax is served from the site (``_static/mathjax``, fetched from npm by ``make``);
+  the build fails with the command to run if it is missing.
+* sphinx-thebe's scripts are dropped: Jupyter Book registers them twice on every page
+  (a console SyntaxError) and they load thebe from a CDN. The launch buttons are
+  the way to run a page.
+* The landing page's machine facts are MyST substitutions from ``helpers.sentences``.
+* The build fails on a broken internal link: Sphinx checks its own references,
+  but not the links inside notebook outputs and raw HTML.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
+
+STATIC = Path(__file__).resolve().parent.parent / "_static"
+MATHJAX = "mathjax/tex-mml-chtml.js"
+
+
+def _configure(app: Sphinx, config) -> None:
+    if not (STATIC / MATHJAX).is_file():
+        raise ExtensionError(f"{STATIC / MATHJAX} is missing: run `make book` (it fetches MathJax "
+                             "from npm), or `make mathjax`.")
+    config.html_static_path.append(str(STATIC))
+    config.mathjax_path = MATHJAX
+    from helpers import machine, sentences
+    config.myst_substitutions = {**config.myst_substitutions, **sentences.landing(machine.this())}
+
+
+def _drop_thebe(app: Sphinx, pagename, templatename, context, doctree) -> None:
+    def thebe(js) -> bool:
+        return "thebe" in (getattr(js, "filename", None) or "") or "THEBE_JS_URL" in str(
+            getattr(js, "attributes", {}).get("body", ""))
+    if "script_files" in context:
+        context["script_files"] = [js for js in context["script_files"] if not thebe(js)]
+
+
+def _check_links(app: Sphinx, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        from site_links import broken_links  # beside this file: Jupyter Book puts book/_ext on sys.path
+        if broken := broken_links(Path(app.outdir)):
+            raise ExtensionError("broken internal links:\n" + "\n".join(f"  {page}: {href}" for page, href in broken))
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("config-inited", _configure)
+    app.connect("html-page-context", _drop_thebe)
+    app.connect("build-finished", _check_links)
+    app.add_css_file("book.css")
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,51 @@
+"""Every internal link of a built site, checked: the page or file exists, and so does its #anchor."""
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        for key in ("href", "src"):
+            if a.get(key) and not (tag == "link" and key == "href" and a.get("rel") == "canonical"):
+                self.links.append(a[key])
+
+
+def _read(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8", errors="replace"))
+    return page
+
+
+def broken_links(site: Path) -> list[tuple[str, str]]:
+    """(page, link) for every link inside ``site`` whose target or anchor is missing."""
+    site = site.resolve()
+    pages = {p: _read(p) for p in site.rglob("*.html") if "_static" not in p.parts}
+    broken = []
+    for path, page in sorted(pages.items()):
+        for link in page.links:
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc or link.startswith(("mailto:", "javascript:", "data:")):
+                continue  # external: not reachable from here, so not checked
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_relative_to(site) or not target.exists():
+                broken.append((str(path.relative_to(site)), link))
+            elif parts.fragment and target.suffix == ".html":
+                ids = (pages.get(target) or _read(target)).ids
+                if unquote(parts.fragment) not in ids:
+                    broken.append((str(path.relative_to(site)), link))
+    return broken
