@@ -38,7 +38,8 @@ function draw(root, values, data) {
   s += `<circle cx="${lx(p)}" cy="${ly(S)}" r="4" fill="#1f77b4"/>`;
   s += `<circle cx="${W + 10 + lx(p)}" cy="${ey(S / p)}" r="4" fill="#1f77b4"/>`;
   root.querySelector("svg").innerHTML = s;
-  root.querySelector(".readout").innerHTML = `α = ${a.toFixed(3)}, p = ${p}: Amdahl S = <b>${S.toFixed(2)}</b> ` +
-    `(efficiency ${(S / p).toFixed(2)}, ceiling 1/α = ${(1 / a).toFixed(1)}); ` +
-    `Gustafson S = <b>${G.toFixed(1)}</b> (efficiency ${(G / p).toFixed(2)})`;
+  const f = theory.fixed;  // Python's rounding, so the first draw repeats amdahl.py's readout exactly
+  root.querySelector(".readout").innerHTML = `α = ${f(a, 3)}, p = ${p}: Amdahl S = <b>${f(S, 2)}</b> ` +
+    `(efficiency ${f(S / p, 2)}, ceiling 1/α = ${f(1 / a, 1)}); ` +
+    `Gustafson S = <b>${f(G, 1)}</b> (efficiency ${f(G / p, 2)})`;
 }

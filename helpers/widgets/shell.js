@@ -2,7 +2,8 @@
 // explorer's draw(root, values, data) at the start and on every change. Also small SVG helpers.
 
 function esc(s) {
-  return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;")
+    .replace(/'/g, "&#x27;");  // as Python's html.escape
 }
 
 // One control's value: data-options (a list, indexed by the slider), data-base (base * 10**x),
