@@ -53,10 +53,10 @@ class SlowRunExplorer(shell.Explorer):
         b = v["per_rank_batch"]
         return shell.Page(
             controls=[shell.log_slider("n_params", "parameters", v["n_params"], 1, 4, unit="count")
-                      + shell.slider("per_rank_batch", "batch per rank", 1, max(1024, 4 * b), 1, b)
-                      + shell.log_slider("t_per_sample", "compute per sample", v["t_per_sample"], 2, 2, unit="s"),
-                      shell.log_slider("seconds_per_byte", "link β", v["seconds_per_byte"], 2, 2, unit="s/B")
-                      + shell.log_slider("step_latency", "ring step latency ℓ", v["step_latency"], 2, 2, unit="s")
+                      + shell.slider("per_rank_batch", "batch per rank", 1, max(1024, 4 * b), 1, b),
+                      shell.log_slider("t_per_sample", "compute per sample", v["t_per_sample"], 2, 2, unit="s")
+                      + shell.log_slider("seconds_per_byte", "link β", v["seconds_per_byte"], 2, 2, unit="s/B"),
+                      shell.log_slider("step_latency", "ring step latency ℓ", v["step_latency"], 2, 2, unit="s")
                       + shell.choice("p", "ranks", RANKS, v["p"]),
                       shell.checkbox("overlap", "overlap all_reduce with backward (2/3 of compute)")],
             readout=diagnosis_html(d, v["p"]),
