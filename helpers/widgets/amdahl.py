@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from . import shell
 
-ALPHA_RANGE = (0.001, 0.5)  # the slider's ends; a fitted alpha outside them is shown at the nearer end
+ALPHA_RANGE = (0.001, 1.0)  # the slider's ends; a fitted alpha outside them (a run faster than
+# ideal, or slower on p ranks than on one) is shown at the nearer end
 
 
 class AmdahlExplorer(shell.Explorer):

@@ -57,12 +57,12 @@ function start(root, draw) {
 
 // --- SVG helpers ---------------------------------------------------------------------------
 
-// About n round ticks from 0 to at least top: [step, [0, step, 2 step, ...]].
+// About n round ticks, [0, step, 2 step, ...], the last one at top or just past it.
 function ticks(top, n = 5) {
   const raw = top / n, mag = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 2.5, 5, 10].map(m => m * mag).find(s => s >= raw);
   const out = [];
-  for (let i = 0; i * step <= top * (1 + 1e-9); i++) out.push(Number((i * step).toPrecision(6)));
+  for (let i = 0; i <= Math.ceil(top / step - 1e-9); i++) out.push(Number((i * step).toPrecision(6)));
   return out;
 }
 
