@@ -1,0 +1,11 @@
+"""Interactive explorers: HTML controls and a JavaScript draw function, live in the browser with no
+kernel, in JupyterLab and on the static web book alike; a PNG of the default setting without JavaScript.
+
+``shell``: what every explorer is. One module per explorer, with its ``.js`` beside it;
+``theory.js`` mirrors the helpers.theory formulas they need (tests/test_explorers.py runs it
+under node against helpers.theory).
+"""
+from .amdahl import AmdahlExplorer, amdahl_explorer  # noqa: F401
+from .fit import (FIT_DEFAULTS, GIB, GPT3_MODELS, FitExplorer, fit_advice, fit_case, fit_data,  # noqa: F401
+                  fit_explorer, verdict)
+from .slow_run import SlowRunExplorer, diagnosis_html, slow_run_explorer  # noqa: F401

@@ -1,0 +1,211 @@
+"""The explorers' JavaScript against helpers.theory, under node; and each explorer's HTML.
+
+``helpers/widgets/theory.js`` mirrors the formulas the explorers need (Amdahl and
+Gustafson, strategy_memory and advise's search with its verdict, diagnose with its advice
+and card). Run over grids of inputs, it must give what helpers.theory and helpers.widgets
+give: the same strategy, pp, dp and bytes, the same step, speedup, bound and advice, the
+same sentences. Then each explorer's own script runs on a fake page (tests/fake_dom.js):
+every control must change the readout.
+"""
+import base64
+import itertools
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import theory, widgets
+from helpers.widgets import shell
+
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="the explorers' JavaScript runs under node (nodejs.org)")
+FAKE_DOM = Path(__file__).with_name("fake_dom.js")
+
+# Runs FN over input.cases with theory.js's `theory` in scope; an exception becomes {error}.
+RUNNER = r"""
+const fs = require("fs"), vm = require("vm");
+const input = JSON.parse(fs.readFileSync(0, "utf8"));
+const theory = vm.runInContext(input.theory + "\ntheory;", vm.createContext({}));
+const fn = eval(input.fn);
+const out = input.cases.map(c => { try { return fn(c); } catch (e) { return {error: e.message}; } });
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+def node(fn: str, cases: list, theory_js: str | None = None) -> list:
+    payload = json.dumps({"theory": theory_js or shell.script("theory.js"), "fn": fn, "cases": cases})
+    done = subprocess.run([NODE, "-e", RUNNER], input=payload, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# --- the formulas ----------------------------------------------------------------------------
+
+def test_amdahl_and_gustafson():
+    cases = [[p, a] for p in [1, 2, 3, 7, 8, 100, 1024, 1e6] for a in [0.0, 0.001, 0.037, 0.1, 0.25, 0.5, 1.0]]
+    js = node("([p, a]) => [theory.amdahl(p, a), theory.gustafson(p, a)]", cases)
+    py = [[float(theory.amdahl(p, a)), float(theory.gustafson(p, a))] for p, a in cases]
+    assert js == py
+
+
+def test_python_number_formats():
+    """theory.fixed is f"{x:.Nf}" / f"{x:,.Nf}" (ties to even), theory.g is f"{x:g}" on the explorers' values."""
+    values = [0.0, -0.0, 0.125, 0.375, 2.5, 3.5, 0.05, 1.005, 999.95, 1234567.25, 1e-7, 2.675, 339.6123,
+              -0.004, -1234.5, 1 / 3, 2**40 / 3, 5e15 + 0.5]
+    cases = [[v, d, c] for v in values for d in (0, 1, 2, 3) for c in (False, True)]
+    js = node("([v, d, c]) => theory.fixed(v, d, c)", cases)
+    assert js == [format(v, f"{',' if c else ''}.{d}f") for v, d, c in cases]
+    gs = [16, 24, 40, 48, 80, 96, 141, 192, 80.0, 12.5, 0.25]
+    assert node("v => theory.g(v)", gs) == [f"{v:g}" for v in gs]
+
+
+FIT_GRID = list(itertools.product(widgets.GPT3_MODELS, theory.OPTIMIZER_STATES, theory.PRECISIONS,
+                                  widgets.fit.BATCHES, widgets.fit.DEVICE_GIB, widgets.fit.DEVICES))
+
+
+def test_advise_and_verdict():
+    """Every setting the fit explorer offers: theory.js's advise and verdict equal Python's, byte for byte."""
+    data = widgets.fit_data()
+    cases = [[data["models"][m][o][p], b, g * widgets.GIB, d, g] for m, o, p, b, g, d in FIT_GRID]
+    js = node("([m, b, bytes, d, g]) => { const a = theory.advise(m.states, m.act, b, bytes, d); "
+              "return [a, theory.verdict(a, g)]; }", cases)
+    strategies = set()
+    for (m, o, p, b, g, d), (advice, text) in zip(FIT_GRID, js):
+        want = widgets.fit_advice(m, b, g, d, o, p)
+        got = (advice["fits_one_device"], advice["strategy"], advice["pp"], advice["dp"])
+        assert got == (want.fits_one_device, want.strategy, want.pp, want.dp), (m, o, p, b, g, d)
+        assert list(advice["per_device"]) == list(want.per_device), (m, o, p, b, g, d)
+        for name, kinds in want.per_device.items():
+            assert list(advice["per_device"][name].items()) == list(kinds.items()), (m, o, p, b, g, d, name)
+        assert text == widgets.verdict(want, g), (m, o, p, b, g, d)
+        strategies.add(want.strategy)
+    assert strategies == {"DDP", "pipeline", "hybrid", "one device", None}  # the grid reaches every branch
+
+
+DIAGNOSE_GRID = list(itertools.product(
+    [1_000, 2_917_386, 10**9],         # parameters
+    [1, 8, 128, 1024],                 # per-rank batch
+    [1e-6, 3.7e-5],                    # seconds per sample
+    [1, 2, 8, 1024],                   # ranks
+    [1e-6, 2.5e-4],                    # step latency
+    [1e-10, 3e-9],                     # seconds per byte
+    [0.0, 0.01],                       # overlappable
+    [0.0, 1.3e-3]))                    # t_fixed
+
+
+def test_diagnose_and_its_card():
+    js = node("(a) => { const d = theory.diagnose(...a); return [d, theory.diagnosisHtml(d, a[3])]; }",
+              [list(c) for c in DIAGNOSE_GRID])
+    bounds, lengths = set(), set()
+    for (n, b, t, p, lat, spb, over, fixed), (d, card) in zip(DIAGNOSE_GRID, js):
+        want = theory.diagnose(n, b, t, p, lat, spb, overlappable=over, t_fixed=fixed)
+        for field in ("t_compute", "t_comm", "t_latency", "step", "speedup", "bound", "advice"):
+            assert d[field] == getattr(want, field), (field, n, b, t, p, lat, spb, over, fixed)
+        assert card == widgets.diagnosis_html(want, p)
+        bounds.add(want.bound)
+        lengths.add(len(want.advice))
+    assert bounds == {"compute", "communication"} and lengths == {1, 4, 5}  # every branch of the advice
+
+
+def test_diagnose_refuses_what_python_refuses():
+    bad = [[1000, 8, 0.0, 2, 1e-5, 1e-9], [1000, 0, 1e-5, 2, 1e-5, 1e-9], [1000, 8, 1e-5, 0, 1e-5, 1e-9]]
+    for case, out in zip(bad, node("(a) => theory.diagnose(...a)", bad)):
+        with pytest.raises(ValueError):
+            theory.diagnose(*case)
+        assert out["error"].startswith("diagnose needs a positive time per sample"), out
+
+
+def test_a_changed_formula_is_caught():
+    """The comparison can fail: theory.js with Amdahl's law slightly wrong does not equal Python's."""
+    wrong = shell.script("theory.js").replace("1.0 / (alpha + (1.0 - alpha) / p)", "1.0 / (alpha + (1.0 - alpha) / (p + 1e-9))")
+    assert wrong != shell.script("theory.js")
+    cases = [[p, 0.1] for p in (2, 8, 64)]
+    assert node("([p, a]) => theory.amdahl(p, a)", cases, wrong) != [float(theory.amdahl(p, a)) for p, a in cases]
+
+
+# --- the explorers' pages --------------------------------------------------------------------
+
+class Elements(HTMLParser):
+    """Every element of an explorer's HTML as {tag, attrs, text, options}, in document order."""
+
+    def __init__(self):
+        super().__init__()
+        self.elements, self.open = [], []
+
+    def handle_starttag(self, tag, attrs):
+        el = {"tag": tag, "attrs": {k: ("" if v is None else v) for k, v in attrs}, "text": "", "options": []}
+        if tag == "option" and self.open and self.open[-1]["tag"] == "select":
+            self.open[-1]["options"].append({"value": el["attrs"]["value"], "selected": "selected" in el["attrs"]})
+        self.elements.append(el)
+        if tag not in ("input", "img", "br", "option"):
+            self.open.append(el)
+
+    def handle_endtag(self, tag):
+        if any(el["tag"] == tag for el in self.open):
+            while self.open.pop()["tag"] != tag:
+                pass
+
+    def handle_data(self, data):
+        for el in self.open:
+            el["text"] += data
+
+
+EXPLORERS = {
+    "amdahl": (lambda: widgets.amdahl_explorer(alpha=0.037, p=4),
+               {"alpha": "range", "p": "range"}),
+    "fit": (lambda: widgets.fit_explorer(),
+            {"model": "select", "batch": "range", "device_gib": "range", "devices": "range",
+             "optimizer": "select", "precision": "select"}),
+    "slow_run": (lambda: widgets.slow_run_explorer(2_917_386, 128, 3.7e-5, 2.5e-5, 1.2e-9, p=2, t_fixed=1.3e-3),
+                 {"n_params": "range", "per_rank_batch": "range", "t_per_sample": "range",
+                  "seconds_per_byte": "range", "step_latency": "range", "p": "range", "overlap": "checkbox"}),
+}
+
+
+def page_of(name):
+    make, controls = EXPLORERS[name]
+    explorer = make()
+    parser = Elements()
+    parser.feed(explorer._repr_html_())
+    return explorer, parser.elements, controls
+
+
+@pytest.mark.parametrize("name", EXPLORERS)
+def test_page_has_controls_data_and_a_fallback(name):
+    explorer, elements, controls = page_of(name)
+    root = elements[0]
+    assert root["tag"] == "div" and "explorer" in root["attrs"]["class"].split()
+    assert root["attrs"]["data-explorer"] == name
+    found = {e["attrs"]["data-key"]: e["attrs"].get("type", e["tag"]) for e in elements
+             if e["tag"] in ("input", "select") and "data-key" in e["attrs"]}
+    assert found == controls
+    assert [e for e in elements if "readout" in e["attrs"].get("class", "").split()]
+    data = next(e for e in elements if e["tag"] == "script" and e["attrs"].get("class") == "explorer-data")
+    assert json.loads(data["text"]) == json.loads(json.dumps(explorer.page().data))
+    imgs = [e for e in elements if e["tag"] == "img"]
+    assert len(imgs) == 1 and len(imgs[0]["attrs"]["alt"]) > 20
+    assert base64.b64decode(imgs[0]["attrs"]["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    noscript = next(e for e in elements if e["tag"] == "noscript")
+    assert elements.index(noscript) + 1 == elements.index(imgs[0])  # the image is the no-JS fallback
+    assert explorer._repr_png_()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("name", EXPLORERS)
+def test_every_control_changes_the_readout(name):
+    explorer, elements, controls = page_of(name)
+    script = [e["text"] for e in elements if e["tag"] == "script" and not e["attrs"]][-1]
+    done = subprocess.run([NODE, str(FAKE_DOM)], input=json.dumps({"elements": elements, "script": script}),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["first"] == explorer.page().readout  # the script's first draw repeats Python's answer
+    assert out["svg"] > 500 and all(out["shown"])
+    assert [m["key"] for m in out["moves"]] == list(controls)
+    for move in out["moves"]:
+        assert move["moved"] != out["first"], f"{name}: moving {move['key']} left the readout as it was"
+        assert "could not draw" not in move["moved"], move
+        assert move["back"] == out["first"] and move["svg"] > 500
