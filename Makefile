@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test unit notebooks build browser browser-deps lab bench clean mathjax
+.PHONY: book test unit notebooks build browser system-deps lab bench clean mathjax
 
 # MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
 MATHJAX_VERSION := 3.2.2
@@ -31,7 +31,7 @@ book: $(STAMP) $(MATHJAX)
 ## then the built site and JupyterLab in a real browser.
 test: unit notebooks build browser
 
-unit: $(STAMP)
+unit: $(STAMP) system-deps
 	$(BIN)/python -m pytest tests -q --ignore=tests/browser
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.
@@ -41,15 +41,16 @@ notebooks: $(STAMP)
 
 build: book
 
-# Debian's chromium and its driver (Playwright's own browser download is not needed).
-browser-deps:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+# What the tests need outside the venv: node (the explorers' JavaScript), and Debian's chromium
+# and its driver for the browser tests (Playwright's own browser download is not needed).
+system-deps:
+	@command -v node >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } || \
-	  { echo "The browser tests need chromium and chromedriver on PATH: apt-get install chromium chromium-driver"; exit 1; }
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs chromium chromium-driver; } || \
+	  { echo "The tests need node, chromium and chromedriver on PATH: apt-get install nodejs chromium chromium-driver"; exit 1; }
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
-browser: $(STAMP) browser-deps
+browser: $(STAMP) system-deps
 	$(BIN)/python -m pytest tests/browser -q
 
 ## The notebooks, live, in JupyterLab.

@@ -150,7 +150,10 @@ class LiveLoss:
         if not in_notebook():
             return
         from IPython.display import display
+
+        from .plots.alt_text import show_with_alt_text
         fig = self.figure()
+        show_with_alt_text()  # after pyplot's first figure set up the inline backend's formatters
         if self.handle is None:
             self.handle = display(fig, display_id=True)
         else:

@@ -38,7 +38,7 @@ def _get_kernel_message(self, timeout=None, stream="iopub"):
     if display_id and msg["msg_type"] == "display_data":
         content.setdefault("metadata", {})["book_cache_display_id"] = display_id
     elif display_id and msg["msg_type"] == "update_display_data":
-        _updates[display_id] = content["data"]
+        _updates[display_id] = {"data": content["data"], "metadata": content.get("metadata", {})}
         msg["msg_type"] = "comm_book_cache"  # nbval skips comm messages quietly
     return msg
 
@@ -50,8 +50,9 @@ def _final(outputs: list) -> list:
     outs = copy.deepcopy(outputs)
     for out in outs:
         display_id = out.get("metadata", {}).pop("book_cache_display_id", None)
-        if display_id in _updates:
-            out["data"] = copy.deepcopy(_updates[display_id])
+        if display_id in _updates:  # the last update's picture, and its description (alt text)
+            out["data"] = copy.deepcopy(_updates[display_id]["data"])
+            out["metadata"] = copy.deepcopy(_updates[display_id]["metadata"])
     return outs
 
 

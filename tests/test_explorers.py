@@ -22,7 +22,9 @@ from helpers import theory, widgets
 from helpers.widgets import shell
 
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="the explorers' JavaScript runs under node (nodejs.org)")
+if NODE is None:  # a check that cannot run is a failure, not a skip
+    raise RuntimeError("tests/test_explorers.py runs the explorers' JavaScript under node: "
+                       "apt-get install nodejs (`make test` does), or see nodejs.org")
 FAKE_DOM = Path(__file__).with_name("fake_dom.js")
 
 # Runs FN over input.cases with theory.js's `theory` in scope; an exception becomes {error}.

@@ -34,8 +34,9 @@ def pytest_configure(config):
                                 "apt-get install chromium chromium-driver (.ci/run does)")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """A fresh chromium for each test module, so one module's pages never log into another's."""
     profile = tempfile.mkdtemp(prefix="book-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
