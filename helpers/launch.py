@@ -168,15 +168,33 @@ def _signal_name(code: int) -> str:
 
 
 def _root_cause(run_dir: Path, failure: BaseException) -> Exception:
-    """The first rank that failed, with its own traceback; later failures are usually echoes."""
+    """The rank that failed first, with its own traceback; what other ranks reported is an echo.
+
+    In order: the earliest error a rank raised by itself; else a rank that died without raising
+    (a signal); else the earliest error raised in a collective (which fails in every rank).
+    """
     errors = protocol.read_errors(run_dir)
-    if errors:
-        e = errors[0]
-        return RankError(e["rank"], e["type"], e["message"], e["traceback"])
+    own = [e for e in errors if not e.get("collective")]
+    died = None
     if isinstance(failure, ChildFailedError) and failure.failures:
         rank, f = min(failure.failures.items(), key=lambda kv: kv[1].timestamp)
-        return RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}", "")
-    return RuntimeError(f"the elastic launcher failed: {type(failure).__name__}: {failure}")
+        if rank not in {e["rank"] for e in errors}:
+            died = RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}", "")
+    if own or (errors and not died):
+        e = (own or errors)[0]
+        return RankError(e["rank"], e["type"], e["message"], e["traceback"])
+    return died or RuntimeError(f"the elastic launcher failed: {type(failure).__name__}: {failure}")
+
+
+def _without_tracebacks(e: BaseException) -> BaseException:
+    """The agent's exception without its frames: they hold its TCPStore servers (2 listening ports,
+    ~26 fds) in a reference cycle that only the garbage collector would ever free."""
+    link, seen = e, set()
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return e
 
 
 def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_TIMEOUT,
@@ -224,7 +242,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         try:
             outcome["results"] = elastic_launch(config, rank_entry)(spec)
         except BaseException as e:  # noqa: BLE001 - handed to the cell's thread
-            outcome["error"] = e
+            outcome["error"] = _without_tracebacks(e)
 
     # The launcher's own logs (warnings about signal handlers, SIGTERMs) would bury the cell.
     loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]

@@ -1,0 +1,26 @@
+"""Rank functions that break the launcher on purpose: tests/test_faults.py and bench/faults.py run them.
+
+Each is a real module-level function, so ``helpers.launch`` can send it to its ranks.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from helpers.dist import distributed
+
+
+def killed_after_collective(rank: int = 1) -> dict:
+    """Every rank all_reduces once; then ``rank`` SIGKILLs itself while the others all_reduce again."""
+    with distributed() as ctx:
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        if ctx.rank == rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(t)
+        return {"rank": ctx.rank}
