@@ -263,12 +263,12 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
             if time.monotonic() > deadline:
                 _kill_workers()
                 thread.join(10)
-                tail.poll()
+                tail.poll(most=None)
                 raise LaunchTimeout(
                     f"launch timed out after {timeout:g} s and its ranks were killed. A rank stuck "
                     f"in a collective waits for peers that never come. {tail.last_lines()} "
                     f"Pass a larger timeout= if the job is only slow.")
-        tail.poll()
+        tail.poll(most=None)
         bar.poll()
         if "error" in outcome:
             raise _root_cause(run_dir, outcome["error"]) from None

@@ -24,3 +24,16 @@ def killed_after_collective(rank: int = 1) -> dict:
             os.kill(os.getpid(), signal.SIGKILL)
         dist.all_reduce(t)
         return {"rank": ctx.rank}
+
+
+def print_megabytes(megabytes: int = 50, rank: int = 0) -> dict:
+    """``rank`` prints ``megabytes`` MB of 100-character lines as fast as it can; the others wait."""
+    line = "x" * 99 + "\n"
+    with distributed() as ctx:
+        if ctx.rank == rank:
+            block = line * 10_000  # 1 MB
+            for _ in range(megabytes):
+                sys.stdout.write(block)
+            sys.stdout.flush()
+        dist.barrier()
+        return {"rank": ctx.rank}
