@@ -104,6 +104,9 @@ def _check_importable(fn: Callable) -> None:
 def _check_args(nprocs: Any, backend: str | None, timeout: float) -> None:
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise LaunchError(f"nprocs must be an integer >= 1, got {nprocs!r}.")
+    if nprocs > plans.most_ranks(this_machine()):
+        raise LaunchError(f"nprocs={nprocs} is more ranks than this machine can hold "
+                          f"({plans.most_ranks_why(this_machine())}); use fewer.")
     if not timeout or timeout <= 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     if backend not in (None, "gloo", "nccl"):

@@ -107,6 +107,33 @@ def job(m: Machine, nprocs: int, backend: str | None = None) -> Job:
     return Job(nprocs, backend or m.backend(nprocs), m.cores)
 
 
+# The most ranks one launch may start (launch() refuses more before it starts anything). Why these:
+# on 2 cores, 16 ranks took 4.3 s to start and all_reduce once and 32 took 7.9 s (0.25 s a rank, all
+# of it start-up while the ranks take turns on the cores), so past 8 a core a job measures nothing.
+# An idle rank forked from the preloaded forkserver owns 19 MB (USS; its 383 MB RSS is mostly torch,
+# shared with the forkserver), and a chapter's workload adds its model, batches and gloo's buffers:
+# past 256 MB a rank, the out-of-memory killer would end the job instead, and it may pick the kernel.
+RANKS_PER_CORE = 8
+MEMORY_PER_RANK = 256 * 2**20
+
+
+def most_ranks(m: Machine) -> int:
+    """The most ranks one launch may start on ``m``: 8 a core, within 256 MB of memory each (if known).
+
+    GPU jobs are bounded by their GPUs on top of this (launch checks backend='nccl' against them).
+    """
+    by_cores = RANKS_PER_CORE * m.cores
+    return max(1, min(by_cores, m.memory // MEMORY_PER_RANK)) if m.memory else by_cores
+
+
+def most_ranks_why(m: Machine) -> str:
+    """Where ``most_ranks(m)`` comes from, in one clause for launch's refusal."""
+    why = f"at most {most_ranks(m)} here: {RANKS_PER_CORE} a core on {_plural(m.cores, 'core')}"
+    if m.memory:
+        why += f", {MEMORY_PER_RANK >> 20} MB each of {m.memory / 2**30:.1f} GB of memory"
+    return why
+
+
 def chapter_jobs(m: Machine, chapter: str) -> str:
     """One sentence for a chapter's prose: where each of its launches ran on this machine."""
     runs = "; ".join(job(m, n).describe() for n in CHAPTER_JOBS[chapter])

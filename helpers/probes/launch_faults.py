@@ -37,3 +37,13 @@ def print_megabytes(megabytes: int = 50, rank: int = 0) -> dict:
             sys.stdout.flush()
         dist.barrier()
         return {"rank": ctx.rank}
+
+
+def own_memory() -> dict:
+    """This rank's memory after joining a gloo group and one all_reduce: RSS, and USS (its own pages)."""
+    import psutil
+    with distributed() as ctx:
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        info = psutil.Process().memory_full_info()
+        return {"rank": ctx.rank, "rss": info.rss, "uss": info.uss, "pss": info.pss}
