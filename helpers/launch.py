@@ -91,8 +91,9 @@ def _check_importable(fn: Callable) -> None:
     hint = ("Put it in a module (e.g. helpers/recipes/) and import it, "
             "or run the cell's code with %%torchrun.")
     if module in (None, "__main__") or "<" in qualname:
-        raise LaunchError(f"launch() cannot send {name!r} to other processes: it is defined in "
-                          f"{'the notebook' if module == '__main__' else 'a local scope'}. {hint}")
+        where = ("defined in the notebook" if module == "__main__" else
+                 "a lambda" if name == "<lambda>" else "defined in a local scope")
+        raise LaunchError(f"launch() cannot send {name!r} to other processes: it is {where}. {hint}")
     obj = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part, None)

@@ -53,12 +53,10 @@ class LogTail:
         self._emit(rank, lines)
 
     def _emit(self, rank: int, lines: list[str]) -> None:
-        recent = self.recent.setdefault(rank, deque(maxlen=self.keep))
-        for line in lines:
-            line = line.rstrip("\r")
-            recent.append(line)
-            if rank in self.shown:
-                print(f"[rank{rank}] {line}", flush=True)
+        lines = [line.rstrip("\r") for line in lines]
+        self.recent.setdefault(rank, deque(maxlen=self.keep)).extend(lines[-self.keep:])
+        if rank in self.shown and lines:  # one write a chunk: a flush per line is a message per line in Jupyter
+            print("\n".join(f"[rank{rank}] {line}" for line in lines), flush=True)
 
     def last_lines(self) -> str:
         """One line per rank, for error messages: where each rank got to."""
