@@ -88,7 +88,7 @@ def _check_importable(fn: Callable) -> None:
     """Workers import ``fn`` by name; a function typed in a notebook cell has none."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     name = getattr(fn, "__name__", repr(fn))
-    hint = ("Put it in a module (e.g. helpers/recipes/) and import it, "
+    hint = ("Define it with def in a module (e.g. helpers/recipes/) and import it, "
             "or run the cell's code with %%torchrun.")
     if module in (None, "__main__") or "<" in qualname:
         where = ("defined in the notebook" if module == "__main__" else
