@@ -157,13 +157,14 @@ def private_tmp(tmp_path_factory):
 class Kernel:
     """``python -m helpers.probes.launch_faults``: launches when told, as a Jupyter kernel would."""
 
-    def __init__(self):
+    def __init__(self, preload: str = ""):
         self.tmp = Path(tempfile.gettempdir()) / f"kernel-{uuid.uuid4().hex[:8]}"
         self.tmp.mkdir()
         env = {**os.environ, "TMPDIR": str(self.tmp),
                "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         with open(self.tmp / "stderr", "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "helpers.probes.launch_faults"], cwd=ROOT,
+            self.proc = subprocess.Popen([sys.executable, "-m", "helpers.probes.launch_faults",
+                                          *filter(None, [preload])], cwd=ROOT,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          text=True, env=env)
         self.pid = self.proc.pid
