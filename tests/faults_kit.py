@@ -154,18 +154,36 @@ def private_tmp(tmp_path_factory):
         path.write_text(json.dumps({**(json.loads(path.read_text()) if path.exists() else {}), **RESULTS}))
 
 
-class Kernel:
-    """``python -m helpers.probes.launch_faults``: launches when told, as a Jupyter kernel would."""
+def family(pid: int) -> list[psutil.Process]:
+    """A process's live descendants."""
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if alive(p)]
+    except psutil.NoSuchProcess:
+        return []
 
-    def __init__(self, preload: str = ""):
+
+def wait_mid_run(tmp: Path, pid: int, timeout: float = 60) -> list[psutil.Process]:
+    """Once both ranks of a ``hang`` job launched into ``tmp`` are in it (their logs say so): ``pid``'s family."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = " ".join(p.read_text() for p in tmp.glob("helpers-launch-*/rank*.log"))
+        if "entering barrier" in logs and "sleeping instead" in logs:
+            return family(pid)
+        time.sleep(0.02)
+    raise TimeoutError(f"the job in {tmp} never started")
+
+
+class Kernel:
+    """``python -m helpers.probes.launch_faults [args]``: launches when told, as a Jupyter kernel would."""
+
+    def __init__(self, *args: str):
         self.tmp = Path(tempfile.gettempdir()) / f"kernel-{uuid.uuid4().hex[:8]}"
         self.tmp.mkdir()
         env = {**os.environ, "TMPDIR": str(self.tmp),
                "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         with open(self.tmp / "stderr", "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "helpers.probes.launch_faults",
-                                          *filter(None, [preload])], cwd=ROOT,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            self.proc = subprocess.Popen([sys.executable, "-m", "helpers.probes.launch_faults", *args],
+                                         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          text=True, env=env)
         self.pid = self.proc.pid
         self.lines: queue.Queue = queue.Queue()
@@ -196,18 +214,8 @@ class Kernel:
             if record["event"] == "error":
                 raise RuntimeError(f"the kernel's launch failed: {record['error']}")
 
-    def family(self) -> list[psutil.Process]:
-        return [p for p in psutil.Process(self.pid).children(recursive=True) if alive(p)]
-
-    def wait_mid_run(self, timeout: float = 60) -> list[psutil.Process]:
-        """Once both ranks of its ``hang`` job are in it (their logs say so): the kernel's family."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            logs = " ".join(p.read_text() for p in self.tmp.glob("helpers-launch-*/rank*.log"))
-            if "entering barrier" in logs and "sleeping instead" in logs:
-                return self.family()
-            time.sleep(0.02)
-        raise TimeoutError(f"the kernel's job never started: {(self.tmp / 'stderr').read_text()[-2000:]}")
+    def wait_mid_run(self) -> list[psutil.Process]:
+        return wait_mid_run(self.tmp, self.pid)
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -6,10 +6,13 @@ check; the kernels a case keeps are roots of it too (their fds and their family)
 """
 import os
 import signal
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import psutil
-from faults_kit import Kernel, alive, private_tmp, run_trials  # noqa: F401 - a fixture
+from faults_kit import Kernel, alive, private_tmp, run_trials, wait_mid_run  # noqa: F401 - a fixture
 
 
 def test_sigint_mid_run_interrupts_the_launch_and_leaves_nothing():
@@ -40,26 +43,31 @@ def test_sigint_mid_run_interrupts_the_launch_and_leaves_nothing():
 def test_ranks_end_by_themselves_when_the_kernel_is_killed():
     """SIGKILL gives the launcher no chance to clean up; its ranks, by pid, must end on their own.
 
-    A trial pays for a fresh kernel (python, torch, a forkserver): two run at once, and their
-    forkservers preload torch alone.
+    Each trial's kernel is forked from one that has imported helpers (a fresh Python importing
+    torch ten times would be most of the case's time); two trials run at once.
     """
-    def trial(i):
-        kernel = Kernel(preload="torch")
-        try:
-            kernel.expect("ready")
-            kernel.send("hang")
-            family = kernel.wait_mid_run()
-            assert len(family) >= 4, family  # the forkserver, its resource tracker, two ranks
-            kernel.proc.kill()
-            kernel.proc.wait(timeout=10)
-            deadline = time.monotonic() + 15
-            while any(alive(p) for p in family) and time.monotonic() < deadline:
+    forks, lock = Kernel("fork"), threading.Lock()
+    try:
+        forks.expect("ready")
+
+        def trial(i):
+            tmp = Path(tempfile.gettempdir()) / f"kernel-{i}"
+            tmp.mkdir()
+            with lock:
+                forks.send(str(tmp))
+                pid = forks.expect("forked")["pid"]
+            kin = wait_mid_run(tmp, pid)
+            assert len(kin) >= 4, kin  # the forkserver, its resource tracker, two ranks
+            kernel = psutil.Process(pid)
+            kernel.kill()
+            deadline = time.monotonic() + 20
+            while any(alive(p) for p in [kernel, *kin]) and time.monotonic() < deadline:
                 time.sleep(0.05)
             return [f"process {p.pid} of the killed kernel ({' '.join(p.cmdline())[-60:]})"
-                    for p in family if alive(p)]  # its run folder, the leak check looks for
-        finally:
-            kernel.close()
-    run_trials("5. the kernel is SIGKILLed mid-run", trial, together=2)
+                    for p in kin if alive(p)]  # its run folder, the leak check looks for
+        run_trials("5. the kernel is SIGKILLed mid-run", trial, roots=(forks.pid,), together=2)
+    finally:
+        forks.close()
 
 
 def test_two_kernels_launching_at_once_both_succeed():

@@ -90,8 +90,8 @@ def serve(preload: list[str] | None = None) -> None:
     import logging
 
     import helpers
-    from helpers import launch as launcher
     from helpers.recipes import smoke
+    launcher = sys.modules["helpers.launch"]  # the module: the package's name ``launch`` is the function
     if preload:
         launcher.PRELOAD = preload
     loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
@@ -113,5 +113,36 @@ def serve(preload: list[str] | None = None) -> None:
             _answer(event="error", error=f"{type(e).__name__}: {e}")
 
 
+def fork_kernels() -> None:
+    """For each temp dir named on stdin, fork a kernel that launches a job that never ends there.
+
+    A kernel to kill costs a fork instead of a fresh Python importing torch: it begins where this
+    process is, helpers imported, no forkserver yet. Its forkserver preloads torch alone. The
+    kernels are reaped by the system when killed (SIGCHLD ignored here, restored in each kernel).
+    """
+    import tempfile
+
+    import helpers  # noqa: F401 - imports helpers.launch
+    from helpers.recipes import smoke
+    launcher = sys.modules["helpers.launch"]
+    launcher.PRELOAD = ["torch"]
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    _answer(event="ready", pid=os.getpid())
+    for line in sys.stdin:
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.environ["TMPDIR"] = tempfile.tempdir = line.strip()
+            try:
+                launcher.launch(smoke.hang_in_collective, nprocs=2, timeout=300, show=None)
+            except BaseException as e:  # noqa: BLE001 - said where the test reads it, then gone
+                _answer(event="error", error=f"{type(e).__name__}: {e}")
+            os._exit(1)
+        _answer(event="forked", pid=pid)
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1].split(",") if len(sys.argv) > 1 else None)
+    if sys.argv[1:] == ["fork"]:
+        fork_kernels()
+    else:
+        serve(sys.argv[1].split(",") if len(sys.argv) > 1 else None)
