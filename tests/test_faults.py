@@ -6,7 +6,6 @@ need a kernel to interrupt or kill are in test_faults_kernel.py; faults_kit.py h
 """
 import contextlib
 import dataclasses
-import os
 import socket
 import threading
 import time
@@ -118,7 +117,7 @@ def test_a_result_that_cannot_be_pickled_gets_one_clear_error(fn):
         assert err.exc_type == "TypeError" and "\n" not in err.message
         assert err.message.startswith(f"{fn.__name__} returned a value that cannot be sent back to the launcher")
         assert "return tensors, numbers" in err.message
-    run_trials(f"9. a rank returns {fn.__name__.split('_')[1]}", trial)
+    run_trials(f"9. a rank returns a {fn.__name__.split('_')[1]}", trial)
 
 
 class CountingCell:
@@ -230,9 +229,9 @@ UNPICKLABLE = "class CellError(Exception):\n    pass\nraise CellError(lambda: 1)
 
 
 @pytest.mark.parametrize("fault, cell, check", [
-    ("1", RAISES, lambda e: isinstance(e, RankError) and (e.rank, e.message) == (1, "bad cell")),
-    ("3", HANGS, lambda e: isinstance(e, LaunchTimeout) and "timed out after 2 s" in str(e)),
-    ("9", UNPICKLABLE, lambda e: isinstance(e, RankError) and e.exc_type == "CellError"
+    ("1. a rank raises", RAISES, lambda e: isinstance(e, RankError) and (e.rank, e.message) == (1, "bad cell")),
+    ("3. a rank hangs in a collective", HANGS, lambda e: isinstance(e, LaunchTimeout) and "timed out after 2 s" in str(e)),
+    ("9. a rank raises what cannot be pickled", UNPICKLABLE, lambda e: isinstance(e, RankError) and e.exc_type == "CellError"
                                  and e.message.startswith("<function <lambda>")),
 ], ids=["raises", "hangs", "unpicklable"])
 def test_the_faults_through_the_torchrun_magic(shell, capsys, fault, cell, check):
@@ -243,7 +242,7 @@ def test_the_faults_through_the_torchrun_magic(shell, capsys, fault, cell, check
         if isinstance(result.error_in_exec, RankError):  # the rank's traceback, not the launcher's
             assert shown.startswith(f"RankError: {result.error_in_exec.args[0]}\n"), shown[:500]
             assert "launch.py" not in shown and "ChildFailedError" not in shown, shown[-2000:]
-    run_trials(f"{fault}. through %%torchrun", trial)
+    run_trials(f"{fault}, through %%torchrun", trial)
 
 
 # --- The bound on nprocs, on machines this one is not ---------------------------------------------
@@ -262,7 +261,7 @@ def test_most_ranks_by_hand(m, most):
 
 @pytest.mark.parametrize("name, m", list(plans.PROFILES.items()), ids=list(plans.PROFILES))
 def test_the_bound_refuses_no_launch_of_the_book(name, m):
-    for m in (m, dataclasses.replace(m, memory=m.cores * 2**30)):  # and with 1 GB a core
+    for each in (m, dataclasses.replace(m, memory=m.cores * 2**30)):  # and with 1 GB a core
         jobs = [n for ns in plans.CHAPTER_JOBS.values() for n in ns]
-        jobs += [*plans.speedup_ranks(m).ps, *plans.communication_ranks(m).ps, m.cores + 1]
-        assert max(jobs) <= plans.most_ranks(m), (name, plans.most_ranks_why(m))
+        jobs += [*plans.speedup_ranks(each).ps, *plans.communication_ranks(each).ps, each.cores + 1]
+        assert max(jobs) <= plans.most_ranks(each), (name, plans.most_ranks_why(each))
