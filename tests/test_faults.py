@@ -6,6 +6,7 @@ need a kernel to interrupt or kill are in test_faults_kernel.py; faults_kit.py h
 """
 import contextlib
 import dataclasses
+import multiprocessing.forkserver as forkserver
 import socket
 import threading
 import time
@@ -23,8 +24,15 @@ from helpers.recipes import smoke
 
 @pytest.fixture(scope="module", autouse=True)
 def warm():
-    """One launch first, so the forkserver the launcher keeps is in every case's snapshot."""
+    """One launch first, so the forkserver the launcher keeps is in every case's snapshot.
+
+    It is the one process a launch leaves on purpose (with multiprocessing's resource tracker,
+    which starts it); the leak check then holds it to the same pid through every trial.
+    """
     launch(smoke.allreduce_rank, nprocs=2, show=None)
+    kept = {p.pid: " ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)}
+    assert forkserver._forkserver._forkserver_pid in kept, kept
+    assert all("forkserver import main" in c or "resource_tracker import main" in c for c in kept.values()), kept
 
 
 def test_a_rank_that_raises_is_named():
