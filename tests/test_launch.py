@@ -151,6 +151,21 @@ def test_log_tail_keeps_a_character_cut_between_two_polls(tmp_path, capsys):
     assert capsys.readouterr().out == "[rank0] 分布式训练 ✓\n"
 
 
+def test_log_tail_reads_a_chunk_at_a_time_and_cuts_a_line_without_end(tmp_path, capsys):
+    from helpers import protocol
+    from helpers.live import LogTail
+    chunk = LogTail.CHUNK
+    protocol.rank_log(tmp_path, 0).write_bytes(b"x" * (10 * chunk) + b"\nend\n")
+    tail = LogTail(tmp_path, {0})
+    tail.poll()  # at most PER_POLL a rank: a rank that never stops printing cannot stall the cell
+    assert tail.offsets[0] == LogTail.PER_POLL
+    tail.poll(most=None)
+    lines = capsys.readouterr().out.splitlines()
+    pieces = [ln.removeprefix("[rank0] ") for ln in lines[:-1]]
+    assert lines[-1] == "[rank0] end" and len(pieces) > 1 and max(map(len, pieces)) <= 2 * chunk
+    assert "".join(pieces) == "x" * (10 * chunk)
+
+
 def test_a_rank_can_set_up_a_second_group_after_the_first():
     results = launch(smoke.two_groups_in_a_row, nprocs=2, timeout=60)
     assert [r["sums"] for r in results] == [[2.0, 2.0], [2.0, 2.0]]
