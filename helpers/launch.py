@@ -88,11 +88,12 @@ def _check_importable(fn: Callable) -> None:
     """Workers import ``fn`` by name; a function typed in a notebook cell has none."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     name = getattr(fn, "__name__", repr(fn))
-    hint = ("Put it in a module (e.g. helpers/recipes/) and import it, "
+    hint = ("Define it with def in a module (e.g. helpers/recipes/) and import it, "
             "or run the cell's code with %%torchrun.")
     if module in (None, "__main__") or "<" in qualname:
-        raise LaunchError(f"launch() cannot send {name!r} to other processes: it is defined in "
-                          f"{'the notebook' if module == '__main__' else 'a local scope'}. {hint}")
+        where = ("defined in the notebook" if module == "__main__" else
+                 "a lambda" if name == "<lambda>" else "defined in a local scope")
+        raise LaunchError(f"launch() cannot send {name!r} to other processes: it is {where}. {hint}")
     obj = importlib.import_module(module)
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
@@ -104,6 +105,9 @@ def _check_importable(fn: Callable) -> None:
 def _check_args(nprocs: Any, backend: str | None, timeout: float) -> None:
     if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
         raise LaunchError(f"nprocs must be an integer >= 1, got {nprocs!r}.")
+    if nprocs > plans.most_ranks(this_machine()):
+        raise LaunchError(f"nprocs={nprocs} is more ranks than this machine can hold "
+                          f"({plans.most_ranks_why(this_machine())}); use fewer.")
     if not timeout or timeout <= 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     if backend not in (None, "gloo", "nccl"):
@@ -168,15 +172,33 @@ def _signal_name(code: int) -> str:
 
 
 def _root_cause(run_dir: Path, failure: BaseException) -> Exception:
-    """The first rank that failed, with its own traceback; later failures are usually echoes."""
+    """The rank that failed first, with its own traceback; what other ranks reported is an echo.
+
+    In order: the earliest error a rank raised by itself; else a rank that died without raising
+    (a signal); else the earliest error raised in a collective (which fails in every rank).
+    """
     errors = protocol.read_errors(run_dir)
-    if errors:
-        e = errors[0]
-        return RankError(e["rank"], e["type"], e["message"], e["traceback"])
+    own = [e for e in errors if not e.get("collective")]
+    died = None
     if isinstance(failure, ChildFailedError) and failure.failures:
         rank, f = min(failure.failures.items(), key=lambda kv: kv[1].timestamp)
-        return RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}", "")
-    return RuntimeError(f"the elastic launcher failed: {type(failure).__name__}: {failure}")
+        if rank not in {e["rank"] for e in errors}:
+            died = RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}", "")
+    if own or (errors and not died):
+        e = (own or errors)[0]
+        return RankError(e["rank"], e["type"], e["message"], e["traceback"])
+    return died or RuntimeError(f"the elastic launcher failed: {type(failure).__name__}: {failure}")
+
+
+def _without_tracebacks(e: BaseException) -> BaseException:
+    """The agent's exception without its frames: they hold its TCPStore servers (2 listening ports,
+    ~26 fds) in a reference cycle that only the garbage collector would ever free."""
+    link, seen = e, set()
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        link.__traceback__ = None
+        link = link.__cause__ or link.__context__
+    return e
 
 
 def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_TIMEOUT,
@@ -224,7 +246,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         try:
             outcome["results"] = elastic_launch(config, rank_entry)(spec)
         except BaseException as e:  # noqa: BLE001 - handed to the cell's thread
-            outcome["error"] = e
+            outcome["error"] = _without_tracebacks(e)
 
     # The launcher's own logs (warnings about signal handlers, SIGTERMs) would bury the cell.
     loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
@@ -245,12 +267,12 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
             if time.monotonic() > deadline:
                 _kill_workers()
                 thread.join(10)
-                tail.poll()
+                tail.poll(most=None)
                 raise LaunchTimeout(
                     f"launch timed out after {timeout:g} s and its ranks were killed. A rank stuck "
                     f"in a collective waits for peers that never come. {tail.last_lines()} "
                     f"Pass a larger timeout= if the job is only slow.")
-        tail.poll()
+        tail.poll(most=None)
         bar.poll()
         if "error" in outcome:
             raise _root_cause(run_dir, outcome["error"]) from None

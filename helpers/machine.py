@@ -31,6 +31,7 @@ class Machine:
     system: str = "Linux"
     torch: str = ""
     python: str = ""
+    memory: int = 0  # bytes of RAM; 0 where a profile does not say
 
     def __post_init__(self):
         if not isinstance(self.cores, int) or self.cores < 1:
@@ -101,12 +102,13 @@ def usable_cores() -> int:
 @functools.lru_cache(maxsize=1)
 def this() -> Machine:
     """This machine, asked once per process."""
+    import psutil
     import torch
     gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     cpu, flags = _cpuinfo()
     return Machine(cores=usable_cores(), gpus=gpus, cpu=cpu, cpu_flags=flags,
                    system=platform.system(), torch=torch.__version__.split("+")[0],
-                   python=platform.python_version())
+                   python=platform.python_version(), memory=psutil.virtual_memory().total)
 
 
 def cuda_available() -> bool:

@@ -25,15 +25,16 @@ CHAPTER_JOBS = {
 }
 
 # The machines the book is planned for: a unit test takes every chapter's plan through each.
-PROFILES = {
-    "CPU only, 1 core": Machine(cores=1),
-    "CPU only, 2 cores": Machine(cores=2),
-    "CPU only, 16 cores": Machine(cores=16),
-    "CPU only, 64 cores": Machine(cores=64),
-    "Colab: 1 GPU + 2 cores": Machine(cores=2, gpus=("Tesla T4",)),
-    "1 GPU + 16 cores": Machine(cores=16, gpus=("NVIDIA H200",)),
-    "2 GPUs + 16 cores": Machine(cores=16, gpus=("NVIDIA A100",) * 2),
-    "8 GPUs + 96 cores": Machine(cores=96, gpus=("NVIDIA H100",) * 8),
+GIB = 2**30
+PROFILES = {  # with the memory such a machine typically has: it bounds what one launch may start
+    "CPU only, 1 core": Machine(cores=1, memory=2 * GIB),
+    "CPU only, 2 cores": Machine(cores=2, memory=8 * GIB),
+    "CPU only, 16 cores": Machine(cores=16, memory=32 * GIB),
+    "CPU only, 64 cores": Machine(cores=64, memory=256 * GIB),
+    "Colab: 1 GPU + 2 cores": Machine(cores=2, gpus=("Tesla T4",), memory=12 * GIB),
+    "1 GPU + 16 cores": Machine(cores=16, gpus=("NVIDIA H200",), memory=128 * GIB),
+    "2 GPUs + 16 cores": Machine(cores=16, gpus=("NVIDIA A100",) * 2, memory=128 * GIB),
+    "8 GPUs + 96 cores": Machine(cores=96, gpus=("NVIDIA H100",) * 8, memory=1024 * GIB),
 }
 
 
@@ -105,6 +106,33 @@ class Job:
 def job(m: Machine, nprocs: int, backend: str | None = None) -> Job:
     """Where ``nprocs`` ranks run here: the backend given, else the one ``launch`` would pick."""
     return Job(nprocs, backend or m.backend(nprocs), m.cores)
+
+
+# The most ranks one launch may start (launch() refuses more before it starts anything). Why these:
+# on 2 cores, 16 ranks took 4.3 s to start and all_reduce once and 32 took 7.9 s (0.25 s a rank, all
+# of it start-up while the ranks take turns on the cores), so past 8 a core a job measures nothing.
+# An idle rank forked from the preloaded forkserver owns 19 MB (USS; its 383 MB RSS is mostly torch,
+# shared with the forkserver), and a chapter's workload adds its model, batches and gloo's buffers:
+# past 256 MB a rank, the out-of-memory killer would end the job instead, and it may pick the kernel.
+RANKS_PER_CORE = 8
+MEMORY_PER_RANK = 256 * 2**20
+
+
+def most_ranks(m: Machine) -> int:
+    """The most ranks one launch may start on ``m``: 8 a core, within 256 MB of memory each (if known).
+
+    GPU jobs are bounded by their GPUs on top of this (launch checks backend='nccl' against them).
+    """
+    by_cores = RANKS_PER_CORE * m.cores
+    return max(1, min(by_cores, m.memory // MEMORY_PER_RANK)) if m.memory else by_cores
+
+
+def most_ranks_why(m: Machine) -> str:
+    """Where ``most_ranks(m)`` comes from, in one clause for launch's refusal."""
+    why = f"at most {most_ranks(m)} here: {RANKS_PER_CORE} a core on {_plural(m.cores, 'core')}"
+    if m.memory:
+        why += f", {MEMORY_PER_RANK >> 20} MB each of {m.memory / 2**30:.1f} GB of memory"
+    return why
 
 
 def chapter_jobs(m: Machine, chapter: str) -> str:

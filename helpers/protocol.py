@@ -84,14 +84,31 @@ def _write_json(path: str | os.PathLike, record: dict) -> None:
     os.replace(tmp, path)
 
 
+# A collective fails in every rank when one rank dies. A rank whose error came out of torch.distributed
+# waits this long before reporting it, so the launcher first sees the peer that died (a SIGKILL leaves
+# no record) and ends this rank before it can report an echo as the cause.
+PEER_GRACE = 1.0
+
+
+def raised_in_torch_distributed(e: BaseException) -> bool:
+    """Whether the innermost frame of ``e`` is torch.distributed's: a collective, or the group."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"torch{os.sep}distributed{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
 def write_error(e: BaseException) -> None:
     """Under ``helpers.launch``, note this rank's exception (the first one only) for the launcher."""
     path = os.environ.get(ERROR_FILE)
     if not path or os.path.exists(path):
         return
+    collective = raised_in_torch_distributed(e)
+    if collective:
+        time.sleep(PEER_GRACE)
     _write_json(path, {"rank": int(os.environ.get("RANK", 0)), "type": type(e).__name__,
                        "message": str(e), "traceback": "".join(traceback.format_exception(e)),
-                       "time": time.time()})
+                       "time": time.time(), "collective": collective})
 
 
 def read_errors(run_dir: str | os.PathLike) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import sys
 import threading
 import time
@@ -30,23 +31,25 @@ class RankSpec:
     launcher_pid: int = field(default_factory=os.getpid)
 
 
-def _exit_when_gone(launcher_pid: int) -> None:
+def _exit_when_gone(launcher_pid: int, run_dir: str) -> None:
     """End this rank if the launching process dies without cleaning up (a killed kernel).
 
     Workers are children of the forkserver, not of the kernel, so nothing else tells them:
     a finished rank would wait forever for the agent that should collect its result.
+    The run folder goes too: the launcher that would have removed it is gone.
     """
     while True:
         time.sleep(1.0)
         try:
             os.kill(launcher_pid, 0)
         except ProcessLookupError:
+            shutil.rmtree(run_dir, ignore_errors=True)
             os._exit(1)
 
 
 def rank_entry(spec: RankSpec) -> Any:
     """The function the elastic agent starts in every worker: wraps the user's ``fn``."""
-    threading.Thread(target=_exit_when_gone, args=(spec.launcher_pid,), daemon=True).start()
+    threading.Thread(target=_exit_when_gone, args=(spec.launcher_pid, spec.run_dir), daemon=True).start()
     rank = int(os.environ["RANK"])
     log = os.open(protocol.rank_log(spec.run_dir, rank), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)

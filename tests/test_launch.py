@@ -1,12 +1,8 @@
 """helpers.launch: real multi-process runs, failures, timeouts, interrupts and bad input."""
 import os
-import signal
-import subprocess
 import sys
-import textwrap
 import time
 
-import psutil
 import pytest
 import torch
 
@@ -122,59 +118,7 @@ def test_unpicklable_arguments_are_refused():
         launch(smoke.fail_on, threading.Lock())
 
 
-HANGING_JOB = textwrap.dedent("""
-    import logging
-    import helpers
-    from helpers.recipes import smoke
-    LOGGERS = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
-    if __name__ == "__main__":
-        for lg in LOGGERS:
-            lg.setLevel(logging.INFO)
-        try:
-            helpers.launch(smoke.hang_in_collective, nprocs=2, timeout=300)
-        except KeyboardInterrupt:
-            print("logger levels after the interrupt:", [lg.level for lg in LOGGERS], flush=True)
-            raise
-""")
-
-
-def _start_hanging_job(tmp_path):
-    """A launching process, and its family once the forkserver and both ranks are up."""
-    script = tmp_path / "job.py"
-    script.write_text(HANGING_JOB)
-    (tmp_path / "tmp").mkdir()  # the job's run folder goes here, where a test can look for it
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
-    parent = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 60
-    family = []
-    while time.monotonic() < deadline and len(family) < 3:
-        family = parent.children(recursive=True)
-        time.sleep(0.2)
-    assert len(family) >= 3, f"job never started: {family}"
-    time.sleep(1.0)
-    return proc, family
-
-
-def test_sigint_like_the_stop_button_leaves_nothing_behind(tmp_path):
-    proc, family = _start_hanging_job(tmp_path)
-    os.kill(proc.pid, signal.SIGINT)  # what the kernel's stop button sends
-    out, _ = proc.communicate(timeout=30)
-    assert "KeyboardInterrupt" in out
-    assert "logger levels after the interrupt: [20, 20]" in out  # INFO, as before the launch
-    gone, alive = psutil.wait_procs(family, timeout=10)
-    assert not alive, f"left behind after SIGINT: {alive}"
-    assert not list((tmp_path / "tmp").glob("helpers-launch-*")), "the run folder was left behind"
-
-
-def test_ranks_end_when_the_launching_process_is_killed(tmp_path):
-    """SIGKILL gives the launcher no chance to clean up; the ranks must notice by themselves."""
-    proc, family = _start_hanging_job(tmp_path)
-    proc.kill()
-    proc.wait(timeout=10)  # not communicate(): the orphans hold its stdout until they go
-    gone, alive = psutil.wait_procs(family, timeout=20)
-    assert not alive, f"ranks outlived a killed launcher: {alive}"
+# SIGINT to the launching process and SIGKILL of it: tests/test_faults_kernel.py, ten trials each.
 
 
 def test_torchrun_magic_runs_the_cell_in_n_ranks(capsys):
@@ -205,6 +149,21 @@ def test_log_tail_keeps_a_character_cut_between_two_polls(tmp_path, capsys):
         data = data[cut:]
         tail.poll()
     assert capsys.readouterr().out == "[rank0] 分布式训练 ✓\n"
+
+
+def test_log_tail_reads_a_chunk_at_a_time_and_cuts_a_line_without_end(tmp_path, capsys):
+    from helpers import protocol
+    from helpers.live import LogTail
+    chunk = LogTail.CHUNK
+    protocol.rank_log(tmp_path, 0).write_bytes(b"x" * (10 * chunk) + b"\nend\n")
+    tail = LogTail(tmp_path, {0})
+    tail.poll()  # at most PER_POLL a rank: a rank that never stops printing cannot stall the cell
+    assert tail.offsets[0] == LogTail.PER_POLL
+    tail.poll(most=None)
+    lines = capsys.readouterr().out.splitlines()
+    pieces = [ln.removeprefix("[rank0] ") for ln in lines[:-1]]
+    assert lines[-1] == "[rank0] end" and len(pieces) > 1 and max(map(len, pieces)) <= 2 * chunk
+    assert "".join(pieces) == "x" * (10 * chunk)
 
 
 def test_a_rank_can_set_up_a_second_group_after_the_first():

@@ -112,3 +112,11 @@ def test_every_glued_name_the_prose_uses_is_produced_on_every_profile(chapter):
         names, patterns = chapter_cells.glued_names(path, said)
         missing = {r for r in chapter_cells.glue_refs(path) if r not in names and not any(p.fullmatch(r) for p in patterns)}
         assert not missing, (chapter, name, missing)
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_every_planned_launch_is_one_the_machine_can_hold(name, m):
+    """launch() refuses more than plans.most_ranks; no chapter may plan a launch it would refuse."""
+    planned = {*plans.speedup_ranks(m).ps, *plans.communication_ranks(m).ps,
+               *(n for ns in plans.CHAPTER_JOBS.values() for n in ns)}
+    assert max(planned) <= plans.most_ranks(m), (sorted(planned), plans.most_ranks_why(m))
