@@ -43,10 +43,11 @@ build: book
 
 # What the tests need outside the venv: node (the explorers' JavaScript), and Debian's chromium
 # and its driver for the browser tests (Playwright's own browser download is not needed).
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs chromium chromium-driver
 system-deps:
 	@command -v node >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs chromium chromium-driver; } || \
+	    { $(APT_INSTALL) || { apt-get update -q && $(APT_INSTALL); }; }; } || \
 	  { echo "The tests need node, chromium and chromedriver on PATH: apt-get install nodejs chromium chromium-driver"; exit 1; }
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
