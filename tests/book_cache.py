@@ -27,6 +27,7 @@ _updates: dict[str, dict] = {}
 _ran: dict[Path, nbformat.NotebookNode] = {}  # each notebook as nbval read it, before any cell ran
 _cells: dict[Path, dict[int, list]] = defaultdict(dict)
 _failed: set[Path] = set()
+_seconds: dict[Path, float] = defaultdict(float)  # the cells' run time, for the execution report
 
 _original_get = IPyNbFile.get_kernel_message
 
@@ -64,6 +65,7 @@ def pytest_runtest_makereport(item, call):
     path = Path(str(item.parent.fspath))
     # Hash what nbval ran, not what is on disk at the end: the file may be edited meanwhile.
     _ran.setdefault(path, copy.deepcopy(item.parent.nb))
+    _seconds[path] += report.duration
     if report.failed:
         _failed.add(path)
     elif item.test_outputs is not None:
@@ -90,5 +92,6 @@ def pytest_sessionfinish(session, exitstatus):
         for n, cell in enumerate(code):  # nbval numbers the code cells from 0
             cell.outputs = [nbformat.from_dict(o) for o in outputs[n]]
             cell.execution_count = n + 1
-        cache.cache_notebook_bundle(CacheBundleIn(nb, str(path)), check_validity=False,
-                                    overwrite=True)
+        # execution_seconds is the field myst-nb's {nb-exec-table} reads as the run time
+        bundle = CacheBundleIn(nb, str(path), data={"execution_seconds": round(_seconds[path], 2)})
+        cache.cache_notebook_bundle(bundle, check_validity=False, overwrite=True)

@@ -53,3 +53,18 @@ def test_a_notebook_that_fails_loses_its_cached_outputs(tmp_path):
     _notebook(nb_path, "x = 1", "assert x == 2")
     assert _nbval(nb_path, cache) != 0
     assert _records(cache) == []
+
+
+def test_the_cache_records_the_run_time_and_an_updated_display_keeps_its_description(tmp_path):
+    nb_path, cache = tmp_path / "chapter.ipynb", tmp_path / "cache"
+    _notebook(nb_path, "import time; time.sleep(0.5)",
+              "from IPython.display import display\n"
+              "h = display({'text/plain': 'first'}, raw=True, metadata={'text/plain': {'alt': 'a'}}, display_id=True)\n"
+              "h.update({'text/plain': 'last'}, raw=True, metadata={'text/plain': {'alt': 'b'}})")
+    assert _nbval(nb_path, cache) == 0
+    from jupyter_cache import get_cache
+    c = get_cache(str(cache))
+    (record,) = _records(cache)
+    assert record.data["execution_seconds"] >= 0.5  # what the execution report shows
+    (out,) = c.get_cache_bundle(record.pk).nb.cells[1].outputs
+    assert out["data"]["text/plain"] == "last" and out["metadata"] == {"text/plain": {"alt": "b"}}

@@ -91,10 +91,13 @@ def test_chapter_has_launch_buttons_and_its_notebook_to_download(browser, site, 
 
 def test_execution_report_lists_every_chapter_with_its_run_time(browser, site):
     _open(browser, site, "book/report.html")
-    rows = browser.find_elements(By.CSS_SELECTOR, "table tbody tr")
-    text = "\n".join(r.text for r in rows)
+    header = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "table thead th")]
+    doc, seconds, status = (header.index(h) for h in ("Document", "Run Time (s)", "Status"))
+    rows = {r[doc]: r for r in ([td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+                                for tr in browser.find_elements(By.CSS_SELECTOR, "table tbody tr"))}
     for chapter in CHAPTERS:
-        assert chapter.removeprefix("notebooks/").removesuffix(".html") in text, chapter
+        row = rows[chapter.removesuffix(".html")]
+        assert float(row[seconds]) > 0 and row[status] == "✅", row
 
 
 def test_screenshots_of_the_landing_page_and_a_chapter(browser, site):
