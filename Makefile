@@ -23,8 +23,20 @@ $(MATHJAX):
 
 mathjax: $(MATHJAX)
 
+# The article's title and quotes are Chinese: a CJK font from the site, so they read on a machine
+# without one. Only the regular weight's woff2 chunks (3.7 MB); the browser fetches the chunks
+# whose unicode-range the page uses.
+CJK_FONT_VERSION := 5.3.0
+CJK_FONT := book/_static/fonts/noto-sans-sc/400.css
+$(CJK_FONT):
+	rm -rf $(@D) && mkdir -p $(@D) && tmp=$$(mktemp -d) && \
+	  (cd $$tmp && npm pack --silent @fontsource/noto-sans-sc@$(CJK_FONT_VERSION) >/dev/null && tar xzf *.tgz) && \
+	  cp $$tmp/package/files/*-400-normal.woff2 $(@D)/ && cp $$tmp/package/LICENSE $(@D)/ && \
+	  sed -e 's#, url(./files/[^)]*\.woff) format(.woff.)##' -e 's#url(./files/#url(./#' \
+	    $$tmp/package/400.css > $@ && rm -rf $$tmp
+
 ## The web book, every notebook executed: _build/html/index.html
-book: $(STAMP) $(MATHJAX)
+book: $(STAMP) $(MATHJAX) $(CJK_FONT)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 
 ## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build,

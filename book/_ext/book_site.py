@@ -1,7 +1,7 @@
 """The web book's own Sphinx extension: a site that reads the same with or without the internet.
 
-* MathJax is served from the site (``_static/mathjax``, fetched from npm by ``make``);
-  the build fails with the command to run if it is missing.
+* MathJax and a CJK font are served from the site (``_static/``, fetched from npm by
+  ``make``); the build fails with the command to run if either is missing.
 * sphinx-thebe's scripts are dropped: Jupyter Book registers them twice on every page
   (a console SyntaxError) and they load thebe from a CDN. The launch buttons are
   the way to run a page.
@@ -18,12 +18,13 @@ from sphinx.errors import ExtensionError
 
 STATIC = Path(__file__).resolve().parent.parent / "_static"
 MATHJAX = "mathjax/tex-mml-chtml.js"
+CJK_FONT = "fonts/noto-sans-sc/400.css"  # the article's Chinese, readable where no CJK font is installed
 
 
 def _configure(app: Sphinx, config) -> None:
-    if not (STATIC / MATHJAX).is_file():
-        raise ExtensionError(f"{STATIC / MATHJAX} is missing: run `make book` (it fetches MathJax "
-                             "from npm), or `make mathjax`.")
+    for asset in (MATHJAX, CJK_FONT):
+        if not (STATIC / asset).is_file():
+            raise ExtensionError(f"{STATIC / asset} is missing: run `make book`, which fetches it from npm.")
     config.html_static_path.append(str(STATIC))
     config.mathjax_path = MATHJAX
     from helpers import machine, sentences
@@ -49,5 +50,6 @@ def setup(app: Sphinx) -> dict:
     app.connect("config-inited", _configure)
     app.connect("html-page-context", _drop_thebe)
     app.connect("build-finished", _check_links)
+    app.add_css_file(CJK_FONT)
     app.add_css_file("book.css")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

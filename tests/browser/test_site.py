@@ -69,6 +69,20 @@ def test_every_control_of_every_explorer_changes_the_page(browser, site, page):
     assert console_errors(browser) == []
 
 
+def test_the_articles_chinese_has_a_font_from_the_site(browser, site):
+    """Offline, on a machine without a CJK font, the article's title still reads."""
+    _open(browser, site, "book/intro.html")
+    title = browser.execute_script("return [...document.querySelectorAll('em')].map(e => e.textContent)"
+                                   ".find(t => /[\u4e00-\u9fff]/.test(t))")
+    browser.set_script_timeout(30)
+    faces = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "document.fonts.load('16px \"Noto Sans SC\"', arguments[0]).then(f => done(f.map(x => x.status)), e => done(String(e)));",
+        title)
+    assert title and faces and all(s == "loaded" for s in faces), (title, faces)
+    assert console_errors(browser) == []
+
+
 def test_search_finds_a_term(browser, site):
     _open(browser, site, "search.html?q=Amdahl")
     hits = WebDriverWait(browser, 30).until(
