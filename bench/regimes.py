@@ -44,13 +44,13 @@ def scaling_section(args) -> list[str]:
     start = time.perf_counter()
     res = helpers.launch(regimes.strong_scaling, nprocs=2, threads=1, timeout=1800, show=None,
                          model_names=MODELS, global_sizes=Gs, per_rank_batches=weak_b,
-                         dataset=repeated_digits(2 * max(Gs + [2 * b for b in weak_b])),
-                         steps={"simple": args.steps, "wide-1024x4": max(3, args.steps // 5)},
+                         dataset=repeated_digits(max(Gs + [2 * b for b in weak_b])),
+                         steps={"simple": args.steps, "wide-1024x4": max(3, args.steps // 6)},
                          rounds=args.rounds)[0]
     wall = time.perf_counter() - start
     lines = ["### 1. Strong scaling: S(2) = T_1(G) / T_2(G), same global batch G", "",
              f"One job, {args.rounds} rounds; each round runs every (model, p, per-rank batch) block "
-             f"({args.steps} steps simple, {max(3, args.steps // 5)} wide; median step per block), "
+             f"({args.steps} steps simple, {max(3, args.steps // 6)} wide; median step per block), "
              f"p = 1 and p = 2 alternating first. DDP with the timed (blocking) all_reduce hook of "
              f"`scaling.Trainer`, the article's DataLoader pipeline. Job wall time {wall:.0f} s.", "",
              "| model | grad MB | G | T_1 ms | T_2 ms | comm at p=2 ms | S(2) median | min | max |",
@@ -85,7 +85,7 @@ def allreduce_section(args) -> list[str]:
              f"One job, {max(2, args.rounds // 2)} rounds x {args.reps} calls per (group, condition, size); "
              f"compute = {r0['matmuls']} matmuls of 256x256 ({r0['matmul_s'] * 1e3:.3f} ms each). "
              "Conditions: back-to-back; compute (matmuls, then the all_reduce); sleep (as long, idle); "
-             "pinned (compute, each rank's threads all on core rank); barrier (compute, barrier, then the "
+             "pinned (compute, each rank's threads all on core rank); pinned sleep (sleep, pinned); barrier (compute, barrier, then the "
              "timed all_reduce). Medians over all calls of both ranks. skew: last rank's start minus "
              "first's; after both: last start to last end, the call's cost once nobody waits.", "",
              "| group | condition | size | all_reduce ms | skew ms | after both arrived ms |",
@@ -122,7 +122,7 @@ def contention_section(args) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--global-batches", type=int, nargs="+", default=[256, 1024, 4096])
+    ap.add_argument("--global-batches", type=int, nargs="+", default=[256, 1024, 4096, 8192])
     ap.add_argument("--weak-batches", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=20)

@@ -82,7 +82,8 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
 
     Conditions: ``back-to-back``; ``compute`` (matmuls for ``compute_ms`` first);
     ``sleep`` (idle for as long); ``pinned`` (compute, with each rank's threads on core
-    rank % cores); ``barrier`` (compute, then a barrier, then the timed all_reduce).
+    rank % cores); ``pinned sleep`` (the same, sleeping); ``barrier`` (compute, then a
+    barrier, then the timed all_reduce).
     ``sizes`` in bytes (float32).
     """
     with distributed() as ctx:
@@ -95,7 +96,7 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
         n_mm = max(1, round(compute_ms * 1e-3 / per.item()))
         groups = {"default (2 threads)": None, "gloo 1 thread": _gloo_group("t1", 1),
                   "gloo 8 threads": _gloo_group("t8", 8), "gloo lazy init": _gloo_group("lazy", 2, lazy=True)}
-        conditions = ["back-to-back", "compute", "sleep", "pinned", "barrier"]
+        conditions = ["back-to-back", "compute", "sleep", "pinned", "pinned sleep", "barrier"]
         cores = os.cpu_count() or 1
 
         def allreduce(group, x):
@@ -108,7 +109,7 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
         for r in range(rounds):
             for g, group in groups.items():
                 for cond in turns(conditions, r):
-                    pin_threads({ctx.rank % cores} if cond == "pinned" else None)
+                    pin_threads({ctx.rank % cores} if cond.startswith("pinned") else None)
                     for size in sizes:
                         x = torch.ones(size // 4)
                         allreduce(group, x)
@@ -118,7 +119,7 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
                             if cond in ("compute", "pinned", "barrier"):
                                 for _ in range(n_mm):
                                     a @ a
-                            elif cond == "sleep":
+                            elif cond in ("sleep", "pinned sleep"):
                                 time.sleep(compute_ms * 1e-3)
                             if cond == "barrier":
                                 dist.barrier()
