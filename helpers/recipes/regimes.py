@@ -30,15 +30,23 @@ from helpers.training import median, turns
 from .scaling import Trainer, medians
 
 
-def strong_scaling(model_names: list[str], global_sizes: list[int], dataset, per_rank_batches=(),
+def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, list[int]], dataset, per_rank_batches=(),
                    steps: dict | None = None, rounds: int = 7, warmup: int = 2) -> dict:
-    """``scaling.scaling_sweep`` at p = 1, 2 for several models in one job; rows carry ``model``."""
+    """``scaling.scaling_sweep`` at p = 1, 2 for several models in one job; rows carry ``model``.
+
+    ``global_sizes``: one list for every model, or {model: list} (a model left out: none);
+    "NAME overlap" is model NAME under plain DDP (all_reduce overlapped with backward)
+    instead of the timed hook. ``steps``: {model NAME: steps per block}, default 10.
+    """
     steps = steps or {}
+    sizes = global_sizes if isinstance(global_sizes, dict) else dict.fromkeys(model_names, global_sizes)
     with distributed() as ctx:
         groups = {1: dist.new_group([0]), 2: dist.new_group([0, 1])}
-        work = {p: sorted({G // p for G in global_sizes} | set(per_rank_batches)) for p in groups}
-        trainers = {(m, p, b): Trainer(b, dataset, groups[p], m)
-                    for m in model_names for p in groups for b in work[p] if ctx.rank < p}
+        work = {(m, p): sorted({G // p for G in sizes.get(m, ())} | set(per_rank_batches))
+                for m in model_names for p in groups}
+        trainers = {(m, p, b): Trainer(b, dataset, groups[p], m.removesuffix(" overlap"),
+                                       overlap=m.endswith(" overlap"))
+                    for m in model_names for p in groups for b in work[(m, p)] if ctx.rank < p}
         for t in trainers.values():
             t.run(warmup)
         dist.barrier()
@@ -47,13 +55,13 @@ def strong_scaling(model_names: list[str], global_sizes: list[int], dataset, per
             for m in model_names:
                 for p in turns([1, 2], r):  # which p goes first alternates
                     if ctx.rank < p:
-                        for b in work[p]:
+                        for b in work[(m, p)]:
                             runs.append({"round": r, "model": m, "p": p, "G": b * p, "per_rank_batch": b,
-                                         **medians(trainers[(m, p, b)].run(steps.get(m, 10)))})
+                                         **medians(trainers[(m, p, b)].run(steps.get(m.removesuffix(" overlap"), 10)))})
                     dist.barrier()
             report(r + 1, rounds)
         return {"rank": ctx.rank, "runs": runs, "threads": torch.get_num_threads(),
-                "facts": {m: trainers[(m, 1, work[1][0])].facts() for m in model_names} if ctx.rank == 0 else None}
+                "facts": {m: trainers[(m, 1, work[(m, 1)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
 
 
 def pin_threads(cpus: set[int] | None) -> None:
