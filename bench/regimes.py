@@ -6,7 +6,7 @@ Three jobs of 2 ranks, one thread per rank, each with its variants interleaved r
 1. Strong scaling S(2) = T_1(G) / T_2(G) per round, for SimpleModel and WideMLP at several
    global batches G (and weak scaling at per-rank batches b, from the same grid).
 2. A small gloo all_reduce's time back to back, after a few ms of compute, after as much sleep,
-   pinned, and after a barrier; split into waiting for the peer (skew) and the rest.
+   pinned, after a barrier, and with idle CPUs polling; split into waiting for the peer (skew) and the rest.
 3. How much one rank's training step slows when the other rank computes at the same time.
 
 Writes bench/results/regimes.md and prints it.
@@ -89,7 +89,8 @@ def allreduce_section(args) -> list[str]:
              f"compute = {r0['matmuls']} matmuls of 256x256 ({r0['matmul_s'] * 1e3:.3f} ms each). "
              "Conditions: back-to-back; compute (matmuls, then the all_reduce); sleep (as long, idle); "
              "pinned (compute, each rank's threads all on core rank); pinned sleep (sleep, pinned); barrier (compute, barrier, then the "
-             "timed all_reduce). Medians over all calls of both ranks. skew: last rank's start minus "
+             "timed all_reduce); X +poll: X with a 0 us PM QoS request held (/dev/cpu_dma_latency), "
+             "so idle CPUs poll instead of halting. Medians over all calls of both ranks. skew: last rank's start minus "
              "first's; after both: last start to last end, the call's cost once nobody waits.", "",
              "| group | condition | size | all_reduce ms | skew ms | after both arrived ms |",
              "|---|---|---|---|---|---|"]

@@ -74,6 +74,29 @@ def pin_threads(cpus: set[int] | None) -> None:
             pass  # a thread that ended meanwhile
 
 
+class idle_poll:
+    """While held: a PM QoS request of 0 us wake-up latency (``/dev/cpu_dma_latency``), so an idle
+    CPU polls (cpuidle state POLL) instead of halting; the kernel drops it when the fd closes.
+    ``held`` says whether it took (it needs root)."""
+
+    def __init__(self, on: bool = True):
+        self.on, self.fd, self.held = on, None, False
+
+    def __enter__(self):
+        if self.on:
+            try:
+                self.fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+                os.write(self.fd, (0).to_bytes(4, "little"))
+                self.held = True
+            except OSError:
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+
+
 def _gloo_group(name: str, threads: int, lazy: bool | None = None):
     """A gloo backend over the default store with ``threads`` worker threads (default group: 2)."""
     opts = dist.ProcessGroupGloo._Options()
@@ -91,7 +114,8 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
     Conditions: ``back-to-back``; ``compute`` (matmuls for ``compute_ms`` first);
     ``sleep`` (idle for as long); ``pinned`` (compute, with each rank's threads on core
     rank % cores); ``pinned sleep`` (the same, sleeping); ``barrier`` (compute, then a
-    barrier, then the timed all_reduce).
+    barrier, then the timed all_reduce); "X +poll": X while ``idle_poll`` holds idle CPUs
+    polling (skipped where it cannot).
     ``sizes`` in bytes (float32).
     """
     with distributed() as ctx:
@@ -104,7 +128,8 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
         n_mm = max(1, round(compute_ms * 1e-3 / per.item()))
         groups = {"default (2 threads)": None, "gloo 1 thread": _gloo_group("t1", 1),
                   "gloo 8 threads": _gloo_group("t8", 8), "gloo lazy init": _gloo_group("lazy", 2, lazy=True)}
-        conditions = ["back-to-back", "compute", "sleep", "pinned", "pinned sleep", "barrier"]
+        conditions = ["back-to-back", "compute", "sleep", "pinned", "pinned sleep", "barrier",
+                      "compute +poll", "sleep +poll", "pinned sleep +poll"]
         cores = os.cpu_count() or 1
 
         def allreduce(group, x):
@@ -118,23 +143,25 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
             for g, group in groups.items():
                 for cond in turns(conditions, r):
                     pin_threads({ctx.rank % cores} if cond.startswith("pinned") else None)
-                    for size in sizes:
+                    poll, what = idle_poll(cond.endswith(" +poll")).__enter__(), cond.removesuffix(" +poll")
+                    for size in sizes if poll.held or not poll.on else ():  # no PM QoS: skip
                         x = torch.ones(size // 4)
                         allreduce(group, x)
                         dist.barrier()
                         calls = []
                         for _ in range(reps):
-                            if cond in ("compute", "pinned", "barrier"):
+                            if what in ("compute", "pinned", "barrier"):
                                 for _ in range(n_mm):
                                     a @ a
-                            elif cond in ("sleep", "pinned sleep"):
+                            elif what in ("sleep", "pinned sleep"):
                                 time.sleep(compute_ms * 1e-3)
-                            if cond == "barrier":
+                            if what == "barrier":
                                 dist.barrier()
                             start = time.perf_counter()
                             allreduce(group, x)
                             calls.append((start, time.perf_counter()))
                         rows.append({"round": r, "group": g, "condition": cond, "size": size, "calls": calls})
+                    poll.__exit__()
             pin_threads(None)
             report(r + 1, rounds)
         return {"rank": ctx.rank, "rows": rows, "matmuls": n_mm, "matmul_s": per.item()}
