@@ -24,6 +24,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from helpers import models
+from helpers.machine import usable_cpus
 from helpers.dist import distributed, report
 from helpers.training import median, turns
 
@@ -64,9 +65,9 @@ def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, l
                 "facts": {m: trainers[(m, 1, work[(m, 1)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
 
 
-def pin_threads(cpus: set[int] | None) -> None:
-    """Every thread of this process (gloo's included) onto ``cpus``; None: back to all cores."""
-    cpus = cpus or set(range(os.cpu_count()))
+def pin_threads(cpus: set[int] | None, every: set[int] | None = None) -> None:
+    """Every thread of this process (gloo's included) onto ``cpus``; None: back onto ``every``."""
+    cpus = cpus or every
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), cpus)
@@ -112,8 +113,8 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
     """Each (group, condition, size) block: ``reps`` calls; per call its seconds and start/end stamps.
 
     Conditions: ``back-to-back``; ``compute`` (matmuls for ``compute_ms`` first);
-    ``sleep`` (idle for as long); ``pinned`` (compute, with each rank's threads on core
-    rank % cores); ``pinned sleep`` (the same, sleeping); ``barrier`` (compute, then a
+    ``sleep`` (idle for as long); ``pinned`` (compute, with each rank's threads on its
+    usable core number rank); ``pinned sleep`` (the same, sleeping); ``barrier`` (compute, then a
     barrier, then the timed all_reduce); "X +poll": X while ``idle_poll`` holds idle CPUs
     polling (skipped where it cannot).
     ``sizes`` in bytes (float32).
@@ -130,7 +131,8 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
                   "gloo 8 threads": _gloo_group("t8", 8), "gloo lazy init": _gloo_group("lazy", 2, lazy=True)}
         conditions = ["back-to-back", "compute", "sleep", "pinned", "pinned sleep", "barrier",
                       "compute +poll", "sleep +poll", "pinned sleep +poll"]
-        cores = os.cpu_count() or 1
+        every = usable_cpus()  # this rank's affinity as the launcher left it, restored after "pinned"
+        mine = {sorted(every)[ctx.rank % len(every)]}
 
         def allreduce(group, x):
             if group is None:
@@ -142,7 +144,7 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
         for r in range(rounds):
             for g, group in groups.items():
                 for cond in turns(conditions, r):
-                    pin_threads({ctx.rank % cores} if cond.startswith("pinned") else None)
+                    pin_threads(mine if cond.startswith("pinned") else None, every)
                     poll, what = idle_poll(cond.endswith(" +poll")).__enter__(), cond.removesuffix(" +poll")
                     for size in sizes if poll.held or not poll.on else ():  # no PM QoS: skip
                         x = torch.ones(size // 4)
@@ -162,7 +164,7 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
                             calls.append((start, time.perf_counter()))
                         rows.append({"round": r, "group": g, "condition": cond, "size": size, "calls": calls})
                     poll.__exit__()
-            pin_threads(None)
+            pin_threads(None, every)
             report(r + 1, rounds)
         return {"rank": ctx.rank, "rows": rows, "matmuls": n_mm, "matmul_s": per.item()}
 
