@@ -242,3 +242,53 @@ def same_state(a: dict, b: dict) -> bool:
     """Whether two state dicts hold the same names and bit-identical tensors."""
     import torch
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- Issue 11: when adding ranks pays -------------------------------------------------------
+
+def ratio_spread(ratios: list[float]) -> dict[str, float]:
+    """Median, min and max of per-round ratios (the median of the package: middle two averaged)."""
+    return {"median": median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
+
+
+def paired_ratios(rows: list[dict], numerator: dict, denominator: dict, key: str = "step") -> list[float]:
+    """One ratio per round: ``key`` of the row matching ``numerator`` over that of the row matching
+    ``denominator`` in the same round (rounds lacking either are skipped). Strong scaling:
+    ``paired_ratios(rows, {"p": 1, "G": G}, {"p": 2, "G": G})``; weak: ``{"p": 1, "G": b}`` over
+    ``{"p": 2, "G": 2 * b}``, times 2."""
+    def by_round(match):
+        return {r["round"]: r[key] for r in rows if all(r.get(k) == v for k, v in match.items())}
+    num, den = by_round(numerator), by_round(denominator)
+    return [num[r] / den[r] for r in sorted(num) if r in den]
+
+
+def split_calls(calls_by_rank: list[list[tuple[float, float]]]) -> dict[str, list[float]]:
+    """One collective's calls, (start, end) on the shared monotonic clock, one list per rank.
+
+    For call i: ``seconds`` is each rank's own start-to-end; ``skew`` how much later the
+    last rank arrived than the first (max start - min start); ``after_both`` the time
+    from the last arrival to the last rank's end, i.e. the call's cost once nobody waits.
+    """
+    out: dict[str, list[float]] = {"seconds": [], "skew": [], "after_both": []}
+    for calls in zip(*calls_by_rank):
+        starts, ends = [c[0] for c in calls], [c[1] for c in calls]
+        out["seconds"] += [e - s for s, e in calls]
+        out["skew"].append(max(starts) - min(starts))
+        out["after_both"].append(max(ends) - max(starts))
+    return out
+
+
+def contention_slowdown(rows: list[dict]) -> dict[tuple[str, int], dict[str, float]]:
+    """``regimes.contention`` rows of all ranks -> per (model, per-rank batch): the median step
+    alone and together, and the per-round, per-rank ratio together / alone (median, min, max)."""
+    out = {}
+    for key in dict.fromkeys((r["model"], r["per_rank_batch"]) for r in rows):
+        mine = [r for r in rows if (r["model"], r["per_rank_batch"]) == key]
+        pair = {}
+        for r in mine:
+            pair.setdefault((r["rank"], r["round"]), {})[r["mode"]] = r["step"]
+        ratios = [v["together"] / v["alone"] for v in pair.values() if len(v) == 2]
+        out[key] = {"alone": median(r["step"] for r in mine if r["mode"] == "alone"),
+                    "together": median(r["step"] for r in mine if r["mode"] == "together"),
+                    **ratio_spread(ratios)}
+    return out

@@ -92,6 +92,13 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
     return model, frozenset(flags)
 
 
+def usable_cpus() -> set[int]:
+    """The ids of the cores this process may run on (Linux); ``range(cpu_count)`` elsewhere."""
+    if hasattr(os, "sched_getaffinity"):
+        return set(os.sched_getaffinity(0))
+    return set(range(os.cpu_count() or 1))
+
+
 def usable_cores() -> int:
     """The cores this process may run on: ``taskset -c 0`` makes it 1 (Linux); all of them on macOS."""
     if hasattr(os, "sched_getaffinity"):

@@ -1,0 +1,211 @@
+"""When adding ranks pays (issue 11): the rank code of ``bench/regimes.py``.
+
+Three workloads, each one job with its variants interleaved round by round:
+
+* ``strong_scaling``: DDP at p = 1 and 2 (one thread per rank) for several models
+  and global batches, every (model, p, batch) block in every round, so the
+  communication-bound and the compute-bound regimes come out of one run.
+* ``allreduce_after_compute``: one small all_reduce timed back to back, after a few
+  ms of matmuls, after a few ms of sleep, and with every thread of each rank pinned to
+  its own core; on the default group and on gloo groups built with other settings.
+  Each call's start and end are read on the host's monotonic clock (shared by the
+  ranks), so its time splits into waiting for the peer (rank skew) and the rest.
+* ``contention``: one rank's training step alone (the other waits in a barrier) and
+  with the other rank computing the same step at the same moment.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from helpers import models
+from helpers.machine import usable_cpus
+from helpers.dist import distributed, report
+from helpers.training import median, turns
+
+from .scaling import Trainer, medians
+
+
+def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, list[int]], dataset, per_rank_batches=(),
+                   steps: dict | None = None, rounds: int = 7, warmup: int = 2) -> dict:
+    """``scaling.scaling_sweep`` at p = 1, 2 for several models in one job; rows carry ``model``.
+
+    ``global_sizes``: one list for every model, or {model: list} (a model left out: none);
+    "NAME overlap" is model NAME under plain DDP (all_reduce overlapped with backward)
+    instead of the timed hook. ``steps``: {model NAME: steps per block}, default 10.
+    """
+    steps = steps or {}
+    sizes = global_sizes if isinstance(global_sizes, dict) else dict.fromkeys(model_names, global_sizes)
+    with distributed() as ctx:
+        groups = {1: dist.new_group([0]), 2: dist.new_group([0, 1])}
+        work = {(m, p): sorted({G // p for G in sizes.get(m, ())} | set(per_rank_batches))
+                for m in model_names for p in groups}
+        trainers = {(m, p, b): Trainer(b, dataset, groups[p], m.removesuffix(" overlap"),
+                                       overlap=m.endswith(" overlap"))
+                    for m in model_names for p in groups for b in work[(m, p)] if ctx.rank < p}
+        for t in trainers.values():
+            t.run(warmup)
+        dist.barrier()
+        runs = []
+        for r in range(rounds):
+            for m in model_names:
+                for p in turns([1, 2], r):  # which p goes first alternates
+                    if ctx.rank < p:
+                        for b in work[(m, p)]:
+                            runs.append({"round": r, "model": m, "p": p, "G": b * p, "per_rank_batch": b,
+                                         **medians(trainers[(m, p, b)].run(steps.get(m.removesuffix(" overlap"), 10)))})
+                    dist.barrier()
+            report(r + 1, rounds)
+        return {"rank": ctx.rank, "runs": runs, "threads": torch.get_num_threads(),
+                "facts": {m: trainers[(m, 1, work[(m, 1)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
+
+
+def pin_threads(cpus: set[int] | None, every: set[int] | None = None) -> None:
+    """Every thread of this process (gloo's included) onto ``cpus``; None: back onto ``every``."""
+    cpus = cpus or every
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass  # a thread that ended meanwhile
+
+
+class idle_poll:
+    """While held: a PM QoS request of 0 us wake-up latency (``/dev/cpu_dma_latency``), so an idle
+    CPU polls (cpuidle state POLL) instead of halting; the kernel drops it when the fd closes.
+    ``held`` says whether it took (it needs root)."""
+
+    def __init__(self, on: bool = True):
+        self.on, self.fd, self.held = on, None, False
+
+    def __enter__(self):
+        if self.on:
+            try:
+                self.fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+                os.write(self.fd, (0).to_bytes(4, "little"))
+                self.held = True
+            except OSError:
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def _gloo_group(name: str, threads: int, lazy: bool | None = None):
+    """A gloo backend over the default store with ``threads`` worker threads (default group: 2)."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._threads = threads
+    opts._timeout = datetime.timedelta(seconds=60)
+    opts._devices = [dist.ProcessGroupGloo.create_device(interface="lo", lazy_init=lazy)]
+    store = dist.PrefixStore(name, dist.distributed_c10d._get_default_store())
+    return dist.ProcessGroupGloo(store, dist.get_rank(), dist.get_world_size(), opts)
+
+
+def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int = 30,
+                            rounds: int = 3) -> dict:
+    """Each (group, condition, size) block: ``reps`` calls; per call its seconds and start/end stamps.
+
+    Conditions: ``back-to-back``; ``compute`` (matmuls for ``compute_ms`` first);
+    ``sleep`` (idle for as long); ``pinned`` (compute, with each rank's threads on its
+    usable core number rank); ``pinned sleep`` (the same, sleeping); ``barrier`` (compute, then a
+    barrier, then the timed all_reduce); "X +poll": X while ``idle_poll`` holds idle CPUs
+    polling (skipped where it cannot).
+    ``sizes`` in bytes (float32).
+    """
+    with distributed() as ctx:
+        a = torch.randn(256, 256)
+        t0 = time.perf_counter()
+        for _ in range(20):
+            a @ a
+        per = torch.tensor([(time.perf_counter() - t0) / 20])
+        dist.all_reduce(per, op=dist.ReduceOp.MAX)
+        n_mm = max(1, round(compute_ms * 1e-3 / per.item()))
+        groups = {"default (2 threads)": None, "gloo 1 thread": _gloo_group("t1", 1),
+                  "gloo 8 threads": _gloo_group("t8", 8), "gloo lazy init": _gloo_group("lazy", 2, lazy=True)}
+        conditions = ["back-to-back", "compute", "sleep", "pinned", "pinned sleep", "barrier",
+                      "compute +poll", "sleep +poll", "pinned sleep +poll"]
+        every = usable_cpus()  # this rank's affinity as the launcher left it, restored after "pinned"
+        mine = {sorted(every)[ctx.rank % len(every)]}
+
+        def allreduce(group, x):
+            if group is None:
+                dist.all_reduce(x)
+            else:
+                group.allreduce([x]).wait()
+
+        rows = []
+        for r in range(rounds):
+            for g, group in groups.items():
+                for cond in turns(conditions, r):
+                    pin_threads(mine if cond.startswith("pinned") else None, every)
+                    poll, what = idle_poll(cond.endswith(" +poll")).__enter__(), cond.removesuffix(" +poll")
+                    for size in sizes if poll.held or not poll.on else ():  # no PM QoS: skip
+                        x = torch.ones(size // 4)
+                        allreduce(group, x)
+                        dist.barrier()
+                        calls = []
+                        for _ in range(reps):
+                            if what in ("compute", "pinned", "barrier"):
+                                for _ in range(n_mm):
+                                    a @ a
+                            elif what in ("sleep", "pinned sleep"):
+                                time.sleep(compute_ms * 1e-3)
+                            if what == "barrier":
+                                dist.barrier()
+                            start = time.perf_counter()
+                            allreduce(group, x)
+                            calls.append((start, time.perf_counter()))
+                        rows.append({"round": r, "group": g, "condition": cond, "size": size, "calls": calls})
+                    poll.__exit__()
+            pin_threads(None, every)
+            report(r + 1, rounds)
+        return {"rank": ctx.rank, "rows": rows, "matmuls": n_mm, "matmul_s": per.item()}
+
+
+def contention(configs: list[tuple[str, int]], steps: int = 10, rounds: int = 7) -> dict:
+    """Per (model, per-rank batch): each rank's median step alone and with the other rank computing.
+
+    A step is forward, backward and SGD on one random batch, no DDP and no communication.
+    Alone: rank q computes while the other waits in a barrier (idle); together: both at once.
+    """
+    with distributed() as ctx:
+        work = {}
+        for m, b in configs:
+            torch.manual_seed(0)
+            net = models.build(m)
+            work[(m, b)] = (net, torch.optim.SGD(net.parameters(), lr=0.01),
+                            torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,)))
+        loss_fn = nn.CrossEntropyLoss()
+
+        def step_times(key, n):
+            net, opt, x, y = work[key]
+            out = []
+            for _ in range(n):
+                t = time.perf_counter()
+                loss_fn(net(x), y).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                out.append(time.perf_counter() - t)
+            return out
+
+        for key in work:
+            step_times(key, 2)
+        rows = []
+        for r in range(rounds):
+            for key in work:
+                for mode in turns(["alone 0", "alone 1", "together"], r):
+                    dist.barrier()
+                    if mode == "together" or mode == f"alone {ctx.rank}":
+                        rows.append({"rank": ctx.rank, "round": r, "model": key[0], "per_rank_batch": key[1],
+                                     "mode": "together" if mode == "together" else "alone",
+                                     "step": median(step_times(key, steps))})
+                    dist.barrier()
+            report(r + 1, rounds)
+        return {"rank": ctx.rank, "rows": rows}
