@@ -1,7 +1,7 @@
 """The launcher's fault table: run the fault suite, then print what each fault's trials did.
 
 Runs ``pytest tests/test_faults.py tests/test_faults_kernel.py`` with HELPERS_FAULT_RESULTS set,
-so each case records its row (faults_kit.run_trials), and prints a Markdown table:
+so each case records its row (faults_kit.run_trials), and writes bench/results/faults.md and prints it:
 fault | trials | survived | left over. 'survived': trials in which the launcher behaved as the
 case states; 'left over': processes, listening ports, fds and run folders left behind (0 expected).
 
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from helpers.machine import this
+import report
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ["tests/test_faults.py", "tests/test_faults_kernel.py"]
@@ -48,11 +48,9 @@ def main(extra: list[str]) -> int:
         wall = time.monotonic() - start
         results = json.loads(out.read_text()) if out.exists() else {}
     summary = (run.stdout.strip().splitlines() or ["(no output)"])[-1]
-    m = this()
-    print(f"{m.describe()}, torch {m.torch}, Python {m.python}, {m.system}; "
-          f"{datetime.date.today().isoformat()}. `python bench/faults.py`: {summary}; "
-          f"wall {wall:.1f} s.\n")
-    print(table(results))
+    print(report.write("faults", [f"{report.machine_line()}; {datetime.date.today().isoformat()}. "
+                                  f"`python bench/faults.py`: {summary}; wall {wall:.1f} s.", "",
+                                  table(results)]))
     if run.returncode:
         print(f"\n{run.stdout[-4000:]}", file=sys.stderr)
     return run.returncode

@@ -141,19 +141,15 @@ class LiveLoss:
         ax.set(xlim=(0, max(self.total, 1)), xlabel="step", ylabel=self.key,
                title=f"{self.title}: step {last} of {self.total}")
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        plt.close(fig)
-        return fig
+        from .plots.style import finish
+        return finish(fig)  # laid out, detached from pyplot, and shown with its alt text like every figure
 
     def draw(self) -> None:
         self.drawn_at = time.monotonic()
         if not in_notebook():
             return
         from IPython.display import display
-
-        from .plots.alt_text import show_with_alt_text
         fig = self.figure()
-        show_with_alt_text()  # after pyplot's first figure set up the inline backend's formatters
         if self.handle is None:
             self.handle = display(fig, display_id=True)
         else:

@@ -101,9 +101,7 @@ def usable_cpus() -> set[int]:
 
 def usable_cores() -> int:
     """The cores this process may run on: ``taskset -c 0`` makes it 1 (Linux); all of them on macOS."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return len(usable_cpus())
 
 
 @functools.lru_cache(maxsize=1)

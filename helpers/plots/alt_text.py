@@ -22,7 +22,7 @@ def _panel(ax) -> str:
 
 
 def describe(fig: Figure) -> str:
-    """One sentence: 'Figure: <title>. Panels: <title> (x: .., y: ..) showing <legend>; ...'."""
+    """One sentence: 'Figure: <title>. 2 panels: <title> (x: .., y: ..) showing <legend>; ...'."""
     panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
     title = fig._suptitle.get_text() if fig._suptitle else ""
     head = f"Figure: {title}." if title else "Figure."

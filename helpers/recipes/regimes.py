@@ -21,12 +21,11 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
 from helpers import models
 from helpers.machine import usable_cpus
 from helpers.dist import distributed, report
-from helpers.training import median, turns
+from helpers.training import median, train_step, turns
 
 from .scaling import Trainer, medians
 
@@ -145,25 +144,25 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
             for g, group in groups.items():
                 for cond in turns(conditions, r):
                     pin_threads(mine if cond.startswith("pinned") else None, every)
-                    poll, what = idle_poll(cond.endswith(" +poll")).__enter__(), cond.removesuffix(" +poll")
-                    for size in sizes if poll.held or not poll.on else ():  # no PM QoS: skip
-                        x = torch.ones(size // 4)
-                        allreduce(group, x)
-                        dist.barrier()
-                        calls = []
-                        for _ in range(reps):
-                            if what in ("compute", "pinned", "barrier"):
-                                for _ in range(n_mm):
-                                    a @ a
-                            elif what in ("sleep", "pinned sleep"):
-                                time.sleep(compute_ms * 1e-3)
-                            if what == "barrier":
-                                dist.barrier()
-                            start = time.perf_counter()
+                    what = cond.removesuffix(" +poll")
+                    with idle_poll(cond.endswith(" +poll")) as poll:
+                        for size in sizes if poll.held or not poll.on else ():  # no PM QoS: skip
+                            x = torch.ones(size // 4)
                             allreduce(group, x)
-                            calls.append((start, time.perf_counter()))
-                        rows.append({"round": r, "group": g, "condition": cond, "size": size, "calls": calls})
-                    poll.__exit__()
+                            dist.barrier()
+                            calls = []
+                            for _ in range(reps):
+                                if what in ("compute", "pinned", "barrier"):
+                                    for _ in range(n_mm):
+                                        a @ a
+                                elif what in ("sleep", "pinned sleep"):
+                                    time.sleep(compute_ms * 1e-3)
+                                if what == "barrier":
+                                    dist.barrier()
+                                start = time.perf_counter()
+                                allreduce(group, x)
+                                calls.append((start, time.perf_counter()))
+                            rows.append({"round": r, "group": g, "condition": cond, "size": size, "calls": calls})
             pin_threads(None, every)
             report(r + 1, rounds)
         return {"rank": ctx.rank, "rows": rows, "matmuls": n_mm, "matmul_s": per.item()}
@@ -182,16 +181,11 @@ def contention(configs: list[tuple[str, int]], steps: int = 10, rounds: int = 7)
             net = models.build(m)
             work[(m, b)] = (net, torch.optim.SGD(net.parameters(), lr=0.01),
                             torch.randn(b, 1, 28, 28), torch.randint(0, 10, (b,)))
-        loss_fn = nn.CrossEntropyLoss()
-
         def step_times(key, n):
-            net, opt, x, y = work[key]
             out = []
             for _ in range(n):
                 t = time.perf_counter()
-                loss_fn(net(x), y).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+                train_step(*work[key])
                 out.append(time.perf_counter() - t)
             return out
 

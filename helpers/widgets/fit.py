@@ -22,22 +22,26 @@ DEVICE_GIB = [16, 24, 40, 48, 80, 96, 141, 192]
 DEVICES = [2**i for i in range(11)]
 
 
+def _counts(model: str, precision: str, seq: int) -> tuple[int, float]:
+    """(parameters, activation bytes per sample) of one of GPT3_MODELS, by helpers.theory's counts."""
+    from helpers import theory
+    layers, hidden, heads = GPT3_MODELS[model]
+    return (theory.transformer_params(layers, hidden, seq=seq),
+            theory.transformer_activation_bytes(1, seq, hidden, layers, heads, precision))
+
+
 def model_bytes(model: str, optimizer: str, precision: str, seq: int = 2048) -> tuple[dict, float]:
     """(``theory.model_state_bytes``, activation bytes per sample) of one of GPT3_MODELS."""
     from helpers import theory
-    layers, hidden, heads = GPT3_MODELS[model]
-    n_params = theory.transformer_params(layers, hidden, seq=seq)
-    states = theory.model_state_bytes(n_params, optimizer, precision)
-    return states, theory.transformer_activation_bytes(1, seq, hidden, layers, heads, precision)
+    n_params, per_sample = _counts(model, precision, seq)
+    return theory.model_state_bytes(n_params, optimizer, precision), per_sample
 
 
 def fit_advice(model: str = "GPT-3 6.7B", batch: int = 8, device_gib: float = 80, devices: int = 8,
                optimizer: str = "adam", precision: str = "autocast", seq: int = 2048):
     """``theory.advise``'s answer for one setting of the explorer."""
     from helpers import theory
-    layers, hidden, heads = GPT3_MODELS[model]
-    n_params = theory.transformer_params(layers, hidden, seq=seq)
-    per_sample = theory.transformer_activation_bytes(1, seq, hidden, layers, heads, precision)
+    n_params, per_sample = _counts(model, precision, seq)
     return theory.advise(n_params, per_sample, batch, device_gib * GIB, devices, optimizer, precision)
 
 
