@@ -1,0 +1,20 @@
+"""From the ranks' results to the numbers a chapter states: one home, shared by notebooks and bench/.
+
+Recipes return raw measurements (spans, per-step times, per-rank states); the
+functions here reduce them. None of them runs a job.
+
+One module per kind of result; the names are re-exported here, so a chapter calls
+``analysis.fit_allreduce`` and shows its source wherever it lives.
+"""
+from .timelines import (  # noqa: F401
+    hidden_fraction, summarize_timeline, window, utilization, overlap_seconds, summarize_schedules,
+)
+from .scaling import (  # noqa: F401
+    ScalingRuns, ratio_spread, paired_ratios, contention_slowdown,
+)
+from .communication import (  # noqa: F401
+    allreduce_table, AllreduceFit, fit_allreduce, ddp_step_predictions, split_calls,
+)
+from .runs import (  # noqa: F401
+    assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state,
+)

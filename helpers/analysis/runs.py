@@ -1,0 +1,49 @@
+"""Whole runs reduced and compared: assembled stages (5.3), tensors (3.2, 5.4), DDP throughput (5.1, 5.2)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..training import median
+
+# --- Chapter 5.3: a model put together from its stages -----------------------------------
+
+def assemble(ranks: list[dict], dp_rank: int = 0) -> dict:
+    """One replica's full state dict, put together from its stages' ranks."""
+    state = {}
+    for r in ranks:
+        if r["dp_rank"] == dp_rank:
+            state.update(r["state"])
+    return state
+
+
+def replica_mean_losses(ranks: list[dict]) -> list[float]:
+    """The global batch's loss per step: the mean of the replicas' last-stage losses (equal batches)."""
+    last = [r["losses"] for r in ranks if r["losses"]]
+    return np.mean(np.asarray(last), axis=0).tolist()
+
+
+# --- Chapters 3.2 and 5.4: two runs' tensors compared ---------------------------------------
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    """The largest absolute difference between two dicts of tensors (state dicts, gradients),
+    over the names of ``a``: 0.0 when one run repeated the other exactly."""
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+# --- Chapters 5.1 and 5.2: DDP runs of ddp_mnist, reduced -----------------------------------
+
+def ddp_throughput(result: dict, batch_size: int = 64) -> float:
+    """Global samples per second of one rank's ``ddp_mnist.train`` result: a step's samples over
+    that rank's *median* step time, so that a step slowed by another program does not count."""
+    return batch_size * result["world_size"] / median(result["step_seconds"])
+
+
+def slowest_rank_seconds(ranks: list[dict]) -> float:
+    """A DDP job's training time: the slowest rank's ``seconds``, since it sets everyone's pace."""
+    return max(r["seconds"] for r in ranks)
+
+
+def same_state(a: dict, b: dict) -> bool:
+    """Whether two state dicts hold the same names and bit-identical tensors."""
+    import torch
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
