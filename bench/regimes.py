@@ -20,7 +20,6 @@ import argparse
 import time
 
 import torch
-from torch.utils.data import TensorDataset
 
 import helpers
 import report
@@ -32,13 +31,6 @@ from helpers.training import median
 MODELS = ["simple", "wide-1024x4"]
 
 
-def repeated_digits(n: int) -> TensorDataset:
-    """The training set repeated to at least ``n`` samples, so one rank can take a batch of G."""
-    x, y = data.load(train=True).tensors
-    k = -(-n // len(y))
-    return TensorDataset(x.repeat(k, *[1] * (x.dim() - 1)), y.repeat(k))
-
-
 def scaling_section(args) -> list[str]:
     Gs, weak_b = sorted(args.global_batches), sorted(args.weak_batches)
     models = MODELS + (["wide-1024x4 overlap"] if args.overlap else [])
@@ -46,7 +38,7 @@ def scaling_section(args) -> list[str]:
     start = time.perf_counter()
     res = helpers.launch(regimes.strong_scaling, nprocs=2, threads=1, timeout=1800, show=None,
                          model_names=models, global_sizes=sizes, per_rank_batches=weak_b,
-                         dataset=repeated_digits(max(Gs + args.wide_batches + [2 * b for b in weak_b])),
+                         dataset=data.at_least(max(Gs + args.wide_batches + [2 * b for b in weak_b])),
                          steps={"simple": args.steps, "wide-1024x4": max(3, args.steps // 6)},
                          rounds=args.rounds)[0]
     wall = time.perf_counter() - start

@@ -111,6 +111,14 @@ def load(train: bool = True) -> TensorDataset:
     return _mnist(train) if _mnist_on_disk() else _digits(train)
 
 
+def at_least(n: int, train: bool = True) -> TensorDataset:
+    """The split repeated until it holds ``n`` samples or more, so that one rank can take a batch of
+    ``n`` (the offline digits are 1,437 training images)."""
+    x, y = load(train).tensors
+    k = -(-n // len(y))
+    return TensorDataset(x.repeat(k, *[1] * (x.dim() - 1)), y.repeat(k))
+
+
 def first_batch(batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``batch_size`` training images and labels: the same batch in every process."""
     x, y = load(train=True).tensors

@@ -6,6 +6,8 @@ Recipes name them through one registry, so a name means one model everywhere::
 """
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn as nn
 
@@ -97,10 +99,16 @@ MODELS = {
 
 
 def build(name: str) -> nn.Module:
-    """A fresh model by its registry name (seed torch first for reproducible weights)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; the registry has {sorted(MODELS)}")
-    return MODELS[name]()
+    """A fresh model by its registry name, or any ``wide-WIDTHxDEPTH`` (seed torch first for
+    reproducible weights)."""
+    if name in MODELS:
+        return MODELS[name]()
+    if m := re.fullmatch(r"wide-(\d+)x(\d+)", name):
+        width, depth = int(m[1]), int(m[2])
+        if width >= 1 and depth >= 2:
+            return WideMLP(width, depth)
+    raise ValueError(f"unknown model {name!r}; the registry has {sorted(MODELS)}, "
+                     "or wide-WIDTHxDEPTH with depth >= 2 (e.g. wide-2048x2)")
 
 
 def param_bytes(model: nn.Module) -> int:

@@ -1,4 +1,4 @@
-"""When adding ranks pays (issue 11): the rank code of ``bench/regimes.py``.
+"""When adding ranks pays: the rank code of chapter 4.3 and of ``bench/regimes.py``.
 
 Three workloads, each one job with its variants interleaved round by round:
 
@@ -30,18 +30,38 @@ from helpers.training import median, train_step, turns
 from .scaling import Trainer, medians
 
 
+# Chapter 4.3: the predictor is fitted on CALIBRATION's blocks (the blocking, timed hook) and tested
+# on HELD_OUT's (plain DDP); the two share no (model, global batch). Calibration comes in pairs G, 2G,
+# so that p = 1 at G and p = 2 at 2G run the same per-rank batch: their compute, side by side, is the
+# contention. HELD_OUT's grids of G also give each model's crossover, where S(2) reaches 1.5.
+CALIBRATION = {"simple": [96, 192, 3072, 6144], "wide-512x4": [768, 1536], "wide-1024x4": [384, 768]}
+HELD_OUT = {"simple": [256, 512, 1024, 2048, 4096, 8192], "wide-1024x4": [256, 512, 1024, 2048, 4096],
+            "wide-512x4": [512, 4096]}
+STEPS = {"simple": 10, "wide-512x4": 5, "wide-1024x4": 3}  # per block: each about 0.1-3 s
+
+
+def prediction_blocks(calibration: dict = CALIBRATION, held_out: dict = HELD_OUT) -> dict:
+    """``strong_scaling``'s ``model_names`` and ``global_sizes`` for both sets in one job."""
+    sizes = {**calibration, **{m + " overlap": Gs for m, Gs in held_out.items()}}
+    return {"model_names": list(sizes), "global_sizes": sizes}
+
+
 def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, list[int]], dataset, per_rank_batches=(),
-                   steps: dict | None = None, rounds: int = 7, warmup: int = 2) -> dict:
+                   steps: dict | None = None, rounds: int = 7, warmup: int = 2, pin: bool = False) -> dict:
     """``scaling.scaling_sweep`` at p = 1, 2 for several models in one job; rows carry ``model``.
 
     ``global_sizes``: one list for every model, or {model: list} (a model left out: none);
     "NAME overlap" is model NAME under plain DDP (all_reduce overlapped with backward)
     instead of the timed hook. ``steps``: {model NAME: steps per block}, default 10.
+    ``pin``: every thread of each rank (gloo's too) on a core of its own, where there are enough.
     """
     steps = steps or {}
     sizes = global_sizes if isinstance(global_sizes, dict) else dict.fromkeys(model_names, global_sizes)
     with distributed() as ctx:
         groups = {1: dist.new_group([0]), 2: dist.new_group([0, 1])}
+        every = usable_cpus()
+        if pin and len(every) >= ctx.world_size:
+            pin_threads({sorted(every)[ctx.rank]})
         work = {(m, p): sorted({G // p for G in sizes.get(m, ())} | set(per_rank_batches))
                 for m in model_names for p in groups}
         trainers = {(m, p, b): Trainer(b, dataset, groups[p], m.removesuffix(" overlap"),
@@ -56,12 +76,15 @@ def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, l
                 for p in turns([1, 2], r):  # which p goes first alternates
                     if ctx.rank < p:
                         for b in work[(m, p)]:
+                            t = trainers[(m, p, b)]
                             runs.append({"round": r, "model": m, "p": p, "G": b * p, "per_rank_batch": b,
-                                         **medians(trainers[(m, p, b)].run(steps.get(m.removesuffix(" overlap"), 10)))})
+                                         **medians(t.run(steps.get(m.removesuffix(" overlap"), 10))),
+                                         "calls": t.calls if p > 1 else []})
                     dist.barrier()
             report(r + 1, rounds)
         return {"rank": ctx.rank, "runs": runs, "threads": torch.get_num_threads(),
-                "facts": {m: trainers[(m, 1, work[(m, 1)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
+                # at p = 2, where DDP has rebuilt its buckets in the order gradients arrive
+                "facts": {m: trainers[(m, 2, work[(m, 2)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
 
 
 def pin_threads(cpus: set[int] | None, every: set[int] | None = None) -> None:

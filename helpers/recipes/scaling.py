@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from helpers import data, models
 from helpers.dist import distributed, report
-from helpers.models import n_params, param_bytes
+from helpers.models import linear_macs, n_params, param_bytes
 from helpers.training import PHASES, Timeline, median
 
 
@@ -39,7 +39,8 @@ def timed_allreduce_hook(state, bucket):  # unannotated: DDP checks annotations,
     buf = bucket.buffer()
     clock.lap("backward")  # backward up to this bucket
     buf.div_(dist.get_world_size(group))
-    dist.all_reduce(buf, group=group)
+    with clock.span("all_reduce", bucket.index()):  # start and end on the host's shared clock
+        dist.all_reduce(buf, group=group)
     clock.lap("comm")
     fut = torch.futures.Future()
     fut.set_result(buf)
@@ -85,8 +86,10 @@ class Trainer:
             return next(self.batches)
 
     def run(self, steps: int) -> list[dict]:
-        """``steps`` training steps; each step's seconds by phase."""
+        """``steps`` training steps; each step's seconds by phase. ``calls``: the timed hook's
+        all_reduces of these steps, (start, end) on the host's monotonic clock."""
         rows, clock = [], self.clock
+        clock.spans.clear()
         for _ in range(steps):
             clock.start()
             x, y = self._next_batch()
@@ -101,6 +104,7 @@ class Trainer:
             clock.lap("optimizer")
             rows.append(clock.phases)
         self.loss = loss.item()
+        self.calls = [(start, end) for _, _, start, end in clock.spans]
         return rows
 
     def facts(self) -> dict:
@@ -108,9 +112,10 @@ class Trainer:
         # Private, so read defensively. DDP rebuilds its buckets after the first backward, in the
         # order the gradients arrived; these are the sizes it all-reduces from then on (torch >= 2.7).
         logged = self.ddp._get_ddp_logging_data()
-        sizes = str(logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", ""))
-        return {"grad_bytes": param_bytes(self.net), "n_params": n_params(self.net),
-                "buckets": len([s for s in sizes.split(",") if s.strip()]), "per_rank_batch": self.per_rank_batch}
+        sizes = [int(s) for s in str(logged.get("rebuilt_bucket_sizes") or logged.get("bucket_sizes", "")).split(",")
+                 if s.strip()]
+        return {"grad_bytes": param_bytes(self.net), "n_params": n_params(self.net), "macs": linear_macs(self.net),
+                "buckets": len(sizes), "bucket_bytes": sizes, "per_rank_batch": self.per_rank_batch}
 
 
 def medians(rows: list[dict]) -> dict:

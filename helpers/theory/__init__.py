@@ -22,3 +22,7 @@ from .precision import (  # noqa: F401
     autocast_weight_copy_bytes, autocast_saved_bytes, autocast_break_even_batch,
     grad_scale_trace,
 )
+from .prediction import (  # noqa: F401
+    PHASES, Line, fit_line, Workload, ComputeModel, fit_compute, Link, bucket_exposed,
+    StepPrediction, predict_step, predict, predicted_speedup, article_step, crossover,
+)

@@ -1,0 +1,128 @@
+"""Chapter 4.3: one all_reduce sweep and one scaling job -> the predictor's fits, and its errors on
+jobs it never saw (shared with bench/regimes.py).
+
+The scaling job (``regimes.strong_scaling``) runs two kinds of blocks. Calibration blocks use
+the timed, blocking all_reduce hook, so each phase of the step and each call can be read; the
+held-out blocks ("NAME overlap") are plain DDP, whose step time is what the predictor must get
+right. The two sets share no (model, global batch) pair.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import theory
+from ..training import median
+from .communication import AllreduceFit, fit_allreduce, split_calls
+from .scaling import paired_ratios, ratio_spread
+
+OVERLAP = " overlap"
+
+
+def workload(name: str, facts: dict) -> theory.Workload:
+    """A model's ``Trainer.facts()`` (taken at p = 2, after DDP rebuilt its buckets) as a Workload."""
+    return theory.Workload(name.removesuffix(OVERLAP), facts["n_params"], facts["macs"], tuple(facts["bucket_bytes"]))
+
+
+def _blocks(rows: list[dict], model: str, p: int, G: int) -> list[dict]:
+    return [r for r in rows if r["model"] == model and r["p"] == p and r["G"] == G]
+
+
+def _phase_medians(blocks: list[dict]) -> dict[str, float]:
+    return {k: median(b[k] for b in blocks) for k in (*theory.PHASES, "comm", "step")}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything the predictor was fitted on: chapter 4.2's all_reduce fit, the ring ``Link`` with its
+    in-step per-call cost and drift, one rank's ``ComputeModel``, and the contention factor."""
+
+    allreduce: AllreduceFit
+    link: theory.Link
+    compute: theory.ComputeModel
+    contention: float
+    workloads: dict
+    pairs: tuple  # the (model, G) blocks it was fitted on
+
+    def predict(self, model: str, G: int, p: int, overlap: bool = True) -> theory.StepPrediction:
+        return theory.predict(self.workloads[model], G, p, self.compute, self.link, self.contention, overlap)
+
+    def speedup(self, model: str, G: int, p: int = 2) -> float:
+        return self.predict(model, G, 1).step / self.predict(model, G, p).step
+
+
+def call_costs(ranks: list[dict], workloads: dict, pairs: tuple, fit) -> dict[str, list[float]]:
+    """The timed hook's all_reduces at p = 2, both ranks' stamps side by side (``split_calls``): per call,
+    what it cost once both ranks had arrived, beyond what ``fit`` prices (``extra``); per block, the
+    rank's compute and the ranks' arrival skew summed over a step's calls (``compute``, ``wait``: a
+    median over steps, so a rank stalled now and then does not set it, as it does not set the median step)."""
+    out: dict[str, list[float]] = {"extra": [], "compute": [], "wait": []}
+    for m, G in pairs:
+        buckets, k = workloads[m].buckets, len(workloads[m].buckets)
+        for b0, b1 in zip(*(_blocks(r["runs"], m, 2, G) for r in ranks[:2])):
+            split = split_calls([b0["calls"], b1["calls"]])
+            out["extra"] += [c - float(fit.seconds(buckets[i % k])) for i, c in enumerate(split["after_both"])]
+            out["wait"].append(median(sum(split["skew"][i:i + k]) for i in range(0, len(split["skew"]), k)))
+            out["compute"].append(sum(b0[ph] for ph in theory.PHASES))
+    return out
+
+
+def calibrate(sweep: dict, ranks: list[dict], calibration: dict[str, list[int]]) -> Calibration:
+    """Fit the predictor: L and B on the sweep's ends (``fit_allreduce``); the compute phases on the
+    calibration blocks at p = 1; the contention, the median over calibration pairs (G, 2G) of a
+    rank's compute at p = 2 over the same per-rank batch's at p = 1; and from both ranks' stamps
+    of each blocking all_reduce (``call_costs``), the median per-call cost and the wait against compute."""
+    job = ranks[0]
+    allreduce = fit_allreduce(sweep["sizes"], sweep["seconds"])
+    workloads = {m: workload(m, f) for m, f in job["facts"].items()}
+    pairs = tuple((m, G) for m, Gs in calibration.items() for G in Gs)
+    one = [(m, G, _phase_medians(_blocks(job["runs"], m, 1, G))) for m, G in pairs]
+    compute = theory.fit_compute([workloads[m] for m, _, _ in one], [G for _, G, _ in one], [ph for *_, ph in one])
+    # the same per-rank batch alone (p = 1 at G) and beside another rank (p = 2 at 2G)
+    alone = {(m, G): sum(ph[k] for k in theory.PHASES) for m, G, ph in one}
+    two = {(m, G): sum(_phase_medians(_blocks(job["runs"], m, 2, G))[k] for k in theory.PHASES) for m, G in pairs}
+    contention = median(t / alone[(m, G // 2)] for (m, G), t in two.items() if (m, G // 2) in alone)
+    calls = call_costs(ranks, workloads, pairs, allreduce.fit)
+    link = theory.Link(*theory.ring_from_fit(allreduce.fit, 2), per_call=max(0.0, median(calls["extra"])),
+                       wait=theory.fit_line(calls["compute"], calls["wait"], relative=False))
+    return Calibration(allreduce, link, compute, float(contention), workloads, pairs)
+
+
+def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -> list[dict]:
+    """Per held-out (model, G) of plain DDP: measured S(2) (the median of per-round ratios) and T_2,
+    against the predictor's and against the article's T = T_1(G) / 2 + M/B + L (with the measured
+    T_1(G), the benefit of the doubt). Errors are relative to the measurement."""
+    job, fit, out = ranks[0], cal.allreduce.fit, []
+    for model, Gs in pairs.items():
+        name, w = model + OVERLAP, cal.workloads[model]
+        for G in Gs:
+            if (model, G) in cal.pairs:
+                raise ValueError(f"{model} at G = {G} was fitted on: it cannot also be held out")
+            s = ratio_spread(paired_ratios([r for r in job["runs"] if r["model"] == name], {"p": 1, "G": G},
+                                           {"p": 2, "G": G}))
+            t1, t2 = (median(b["step"] for b in _blocks(job["runs"], name, p, G)) for p in (1, 2))
+            pred = cal.predict(model, G, 2)
+            article = theory.article_step(t1, w.grad_bytes, 2, fit.latency, fit.bandwidth)
+            s_pred, s_article = cal.speedup(model, G), t1 / article
+            out.append({"model": model, "G": G, "measured": s["median"], "spread": (s["min"], s["max"]),
+                        "predicted": s_pred, "article": s_article, "t1": t1, "t2": t2, "t2_predicted": pred.step,
+                        "error": abs(s_pred - s["median"]) / s["median"],
+                        "article_error": abs(s_article - s["median"]) / s["median"],
+                        "t2_error": abs(pred.step - t2) / t2, "prediction": pred})
+    return out
+
+
+def errors(rows: list[dict], key: str = "error") -> dict[str, float]:
+    """Median and worst of one error column over the held-out rows."""
+    e = np.array([r[key] for r in rows])
+    return {"median": float(np.median(e)), "worst": float(e.max()), "n": len(e)}
+
+
+def crossovers(rows: list[dict], target: float = 1.5) -> dict[str, dict[str, int | None]]:
+    """Per model: the global batch from which S(2) stays >= ``target``, predicted and measured."""
+    out = {}
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        out[model] = {k: theory.crossover({r["G"]: r[k] for r in mine}, target) for k in ("predicted", "measured")}
+    return out
