@@ -8,6 +8,7 @@ Three jobs of 2 ranks, one thread per rank, each with its variants interleaved r
 2. A small gloo all_reduce's time back to back, after a few ms of compute, after as much sleep,
    pinned, after a barrier, and with idle CPUs polling; split into waiting for the peer (skew) and the rest.
 3. How much one rank's training step slows when the other rank computes at the same time.
+4. Chapter 4.3's predictor: fitted on some (model, batch) jobs, scored on held-out ones.
 
 Writes bench/results/regimes.md and prints it.
 
@@ -24,7 +25,8 @@ import torch
 import helpers
 import report
 from helpers import data
-from helpers.analysis import ScalingRuns, contention_slowdown, paired_ratios, ratio_spread, split_calls
+from helpers.analysis import (ScalingRuns, calibrate, contention_slowdown, crossovers, errors, held_out,
+                              paired_ratios, ratio_spread, split_calls)
 from helpers.recipes import regimes
 from helpers.training import median
 
@@ -116,6 +118,33 @@ def contention_section(args) -> list[str]:
     return lines
 
 
+def prediction_section(args) -> list[str]:
+    """Chapter 4.3's job at ``args.rounds``: the predictor's fits, and every held-out pair against it."""
+    start = time.perf_counter()
+    job = helpers.launch(regimes.predictor_job, nprocs=2, threads=1, timeout=1800, show=None, rounds=args.rounds,
+                         dataset=data.at_least(max(G for Gs in regimes.HELD_OUT.values() for G in Gs)))
+    wall = time.perf_counter() - start
+    cal = calibrate(job[0]["sweep"], job, regimes.CALIBRATION)
+    rows, fit, k = held_out(job, cal, regimes.HELD_OUT), cal.allreduce.fit, cal.link
+    e, a = errors(rows), errors(rows, "article_error")
+    lines = ["", "### 4. The predictor (chapter 4.3) on held-out jobs", "",
+             f"`regimes.predictor_job`, {args.rounds} rounds, job wall time {wall:.0f} s. Fitted on "
+             f"{regimes.CALIBRATION} (timed hook): L = {fit.latency * 1e6:.0f} us, B = {fit.bandwidth / 1e9:.2f} "
+             f"GB/s, per call in a step +{k.per_call * 1e3:.2f} ms, wait = {k.wait.fixed * 1e3:.2f} ms + "
+             f"{k.wait.slope:.3f} x compute, contention {cal.contention:.3f}. Held out: plain DDP.", "",
+             "| model | G | measured S(2) | rounds' range | predicted | error | article's | article's error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['G']} | **{r['measured']:.2f}** | {r['spread'][0]:.2f}-{r['spread'][1]:.2f} "
+                     f"| {r['predicted']:.2f} | {r['error']:.1%} | {r['article']:.2f} | {r['article_error']:.1%} |")
+    lines += ["", f"Predictor: median error {e['median']:.1%}, worst {e['worst']:.1%} over {e['n']} pairs; "
+              f"the article's T = T_1/2 + M/B + L: median {a['median']:.1%}, worst {a['worst']:.1%}.", "",
+              "Crossover, the G at which S(2) first reaches 1.5 (predicted / measured, steps of the grid apart): "
+              + "; ".join(f"{m} {c['predicted']} / {c['measured']} ({c['steps_apart']})"
+                          for m, c in crossovers(rows).items()) + "."]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--global-batches", type=int, nargs="+", default=[256, 1024, 4096, 8192])
@@ -127,14 +156,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--compute-ms", type=float, default=3.0)
-    ap.add_argument("--only", choices=["scaling", "allreduce", "contention"], nargs="+",
-                    default=["scaling", "allreduce", "contention"])
+    ap.add_argument("--only", choices=["scaling", "allreduce", "contention", "prediction"], nargs="+",
+                    default=["scaling", "allreduce", "contention", "prediction"])
     args = ap.parse_args()
     start = time.perf_counter()
     lines = ["## When adding ranks pays: `bench/regimes.py`", "",
              f"{report.machine_line()}; 2 ranks, one thread per rank, gloo on the CPU; "
              f"{time.strftime('%Y-%m-%d', time.gmtime())}.", ""]
-    sections = {"scaling": scaling_section, "allreduce": allreduce_section, "contention": contention_section}
+    sections = {"scaling": scaling_section, "allreduce": allreduce_section, "contention": contention_section,
+                "prediction": prediction_section}
     for name in args.only:
         lines += sections[name](args)
     lines += ["", f"Whole run: {time.perf_counter() - start:.0f} s (torch threads per rank: "

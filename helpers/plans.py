@@ -18,6 +18,7 @@ CHAPTER_JOBS = {
     "03_1_data_parallel": (2, 3),
     "03_2_model_parallel": (2, 4),
     "04_2_communication": (2,),
+    "04_3_prediction": (2,),
     "05_1_ddp_training": (1, 2),
     "05_2_amp_training": (2,),
     "05_3_model_parallel_training": (2, 4),
@@ -178,3 +179,9 @@ def communication_ranks(m: Machine) -> Ranks:
         return Ranks(backend, units, (2,), None, shared=True)
     ok = tuple(p for p in (2, 4, 8) if p <= units)
     return Ranks(backend, units, ok, 2 * units if backend == "gloo" and units <= 4 else None)
+
+
+def good_regime_claim(m: Machine) -> bool:
+    """Chapter 4.3 asserts S(2) > 1.5 on its compute-bound job only where each of its 2 ranks has a
+    device of its own: a core under gloo, or a GPU under NCCL."""
+    return not communication_ranks(m).shared

@@ -119,6 +119,14 @@ def ddp_training(m: Machine) -> dict[str, str]:
     return _runs(m, "05_1_ddp_training")
 
 
+def prediction(m: Machine) -> dict[str, str]:
+    """4.3's claim of a good regime holds only where each of the 2 ranks has a device of its own."""
+    good, device = plans.good_regime_claim(m), plans.communication_ranks(m).device
+    claim = (f"(asserted above 1.5: each rank has a {device} of its own here)" if good else
+             "(not asserted here: the two ranks take turns on this machine's one core)")
+    return {"good_claim": claim, **_runs(m, "04_3_prediction")}
+
+
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "01_background": background,
@@ -126,6 +134,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "03_2_model_parallel": model_parallel,
     "03_3_mixed_precision": mixed_precision,
     "04_1_speedup": speedup,
+    "04_3_prediction": prediction,
     "05_1_ddp_training": ddp_training,
     "05_2_amp_training": amp_training,
     "05_3_model_parallel_training": model_parallel_training,

@@ -156,6 +156,35 @@ class Elements(HTMLParser):
             el["text"] += data
 
 
+# One machine as from_calibration gives it: this book's 2-core VM's fits, rounded.
+MY_MACHINE = {"data": [2e-5, 6e-7], "forward": [1e-4, 1.4e-10], "backward": [2e-4, 2.9e-10],
+              "optimizer": [1e-4, 1.2e-9], "contention": 1.15, "step_latency": 2.4e-4,
+              "seconds_per_byte": 7.4e-10, "per_call": 1.3e-3, "wait": [0.0, 0.065]}
+MACHINES = {"your machine": MY_MACHINE, **widgets.prediction.PRESETS}
+
+
+def test_predict_step_and_its_readout():
+    from helpers.widgets.prediction import machine_step, readout_html
+    cases = [[name, n, G, p] for name in MACHINES for n in (10_000, 2_917_386, 10**8, 7 * 10**9)
+             for G in (1, 64, 4096) for p in (1, 2, 8, 64)]
+    js = node("""([name, n, G, p]) => {
+        const m = MACHINES[name], ph = theory.computePhases(m, n, n, G / p);
+        return theory.predictStep(ph, theory.ddpBuckets(4 * n), p, m, m.contention); }""".replace(
+        "MACHINES", json.dumps(MACHINES)), cases)
+    for (name, n, G, p), got in zip(cases, js):
+        want = machine_step(MACHINES[name], n, G, p)
+        assert got == {"p": p, "compute": want.compute, "comm": want.comm, "exposed": want.exposed,
+                       "wait": want.wait, "step": want.step}, (name, n, G, p)
+    assert [list(theory.ddp_buckets(b)) for b in (100, 2**20, 3 * 2**20, 60 * 2**20)] == node(
+        "b => theory.ddpBuckets(b)", [100, 2**20, 3 * 2**20, 60 * 2**20])
+    assert node("c => theory.predictStep({}, [1], 0, {}).p", [0]) == [{"error": "predict_step needs p >= 1 ranks, got 0"}]
+    # the explorer's readout: prediction.js's readout() is readout_html()
+    script = shell.script("prediction.js").replace("function draw", "function _unused_draw")
+    readouts = node(script + "\n([n, G, p]) => readout(MACHINES, n, G, p)".replace("MACHINES", json.dumps(MACHINES)),
+                    [[2_917_386, 4096, 2], [10**8, 64, 8]])
+    assert readouts == [readout_html(MACHINES, 2_917_386, 4096, 2), readout_html(MACHINES, 10**8, 64, 8)]
+
+
 EXPLORERS = {
     "amdahl": (lambda: widgets.amdahl_explorer(alpha=0.037, p=4),
                {"alpha": "range", "p": "range"}),
@@ -165,6 +194,8 @@ EXPLORERS = {
     "slow_run": (lambda: widgets.slow_run_explorer(2_917_386, 128, 3.7e-5, 2.5e-5, 1.2e-9, p=2, t_fixed=1.3e-3),
                  {"n_params": "range", "per_rank_batch": "range", "t_per_sample": "range",
                   "seconds_per_byte": "range", "step_latency": "range", "p": "range", "overlap": "checkbox"}),
+    "prediction": (lambda: widgets.PredictionExplorer(MACHINES, 2_917_386, 4096, p=2),
+                   {"n_params": "range", "global_batch": "range", "p": "range"}),
 }
 
 

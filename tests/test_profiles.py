@@ -120,3 +120,11 @@ def test_every_planned_launch_is_one_the_machine_can_hold(name, m):
     planned = {*plans.speedup_ranks(m).ps, *plans.communication_ranks(m).ps,
                *(n for ns in plans.CHAPTER_JOBS.values() for n in ns)}
     assert max(planned) <= plans.most_ranks(m), (sorted(planned), plans.most_ranks_why(m))
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_the_good_regime_is_claimed_only_where_each_rank_has_a_device(name, m):
+    claimed = plans.good_regime_claim(m)
+    assert claimed == (m.cores >= 2 or m.n_gpus >= 2), name
+    said = sentences.prediction(m)["good_claim"]
+    assert said.startswith("(asserted above 1.5") == claimed, said

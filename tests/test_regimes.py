@@ -29,6 +29,8 @@ def test_split_calls_separates_waiting_for_the_peer_from_the_call():
     out = split_calls([rank0, rank1])
     assert out["skew"] == pytest.approx([0.003, 0.0])
     assert out["after_both"] == pytest.approx([0.0005, 0.001])
+    assert out["waited"] == pytest.approx([0.003, 0.0])  # rank 0 waited for rank 1
+    assert split_calls([rank1, rank0])["waited"] == pytest.approx([0.0, 0.0])  # rank 1 never waited
     assert out["seconds"] == pytest.approx([0.0035, 0.0005, 0.001, 0.001])  # call by call, every rank
 
 

@@ -19,5 +19,5 @@ from .runs import (  # noqa: F401
     assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state,
 )
 from .prediction import (  # noqa: F401
-    Calibration, call_costs, calibrate, held_out, errors, crossovers,
+    Calibration, call_costs, calibrate, held_out, errors, crossovers, remember, recall,
 )

@@ -98,12 +98,14 @@ def split_calls(calls_by_rank: list[list[tuple[float, float]]]) -> dict[str, lis
 
     For call i: ``seconds`` is each rank's own start-to-end; ``skew`` how much later the
     last rank arrived than the first (max start - min start); ``after_both`` the time
-    from the last arrival to the last rank's end, i.e. the call's cost once nobody waits.
+    from the last arrival to the last rank's end, i.e. the call's cost once nobody waits;
+    ``waited`` how long the first rank listed waited in the call for the last to arrive.
     """
-    out: dict[str, list[float]] = {"seconds": [], "skew": [], "after_both": []}
+    out: dict[str, list[float]] = {"seconds": [], "skew": [], "after_both": [], "waited": []}
     for calls in zip(*calls_by_rank):
         starts, ends = [c[0] for c in calls], [c[1] for c in calls]
         out["seconds"] += [e - s for s, e in calls]
         out["skew"].append(max(starts) - min(starts))
         out["after_both"].append(max(ends) - max(starts))
+        out["waited"].append(max(starts) - starts[0])
     return out

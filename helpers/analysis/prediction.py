@@ -1,18 +1,23 @@
-"""Chapter 4.3: one all_reduce sweep and one scaling job -> the predictor's fits, and its errors on
-jobs it never saw (shared with bench/regimes.py).
+"""Chapter 4.3: ``regimes.predictor_job``'s all_reduce sweep and scaling blocks -> the predictor's
+fits, and its errors on jobs it never saw (shared with bench/regimes.py); and those measurements
+kept on disk, so that chapter 5.1 predicts its own run from them.
 
-The scaling job (``regimes.strong_scaling``) runs two kinds of blocks. Calibration blocks use
+The scaling blocks come in two kinds. Calibration blocks use
 the timed, blocking all_reduce hook, so each phase of the step and each call can be read; the
 held-out blocks ("NAME overlap") are plain DDP, whose step time is what the predictor must get
 right. The two sets share no (model, global batch) pair.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import platform
+import time
 from dataclasses import dataclass
-
-import numpy as np
+from pathlib import Path
 
 from .. import theory
+from ..data import DATA_DIR
 from ..training import median
 from .communication import AllreduceFit, fit_allreduce, split_calls
 from .scaling import paired_ratios, ratio_spread
@@ -54,16 +59,18 @@ class Calibration:
 
 def call_costs(ranks: list[dict], workloads: dict, pairs: tuple, fit) -> dict[str, list[float]]:
     """The timed hook's all_reduces at p = 2, both ranks' stamps side by side (``split_calls``): per call,
-    what it cost once both ranks had arrived, beyond what ``fit`` prices (``extra``); per block, the
-    rank's compute and the ranks' arrival skew summed over a step's calls (``compute``, ``wait``: a
-    median over steps, so a rank stalled now and then does not set it, as it does not set the median step)."""
+    what it cost once both ranks had arrived, beyond what ``fit`` prices (``extra``); per block, rank 0's
+    compute and how long it waited in a step's calls for rank 1 to arrive (``compute``, ``wait``: a median
+    over steps, so a rank stalled now and then does not set it, as it does not set the median step). Rank
+    0's wait, not the ranks' skew: when rank 0 is the later one, its compute already holds the skew."""
     out: dict[str, list[float]] = {"extra": [], "compute": [], "wait": []}
     for m, G in pairs:
         buckets, k = workloads[m].buckets, len(workloads[m].buckets)
         for b0, b1 in zip(*(_blocks(r["runs"], m, 2, G) for r in ranks[:2])):
             split = split_calls([b0["calls"], b1["calls"]])
             out["extra"] += [c - float(fit.seconds(buckets[i % k])) for i, c in enumerate(split["after_both"])]
-            out["wait"].append(median(sum(split["skew"][i:i + k]) for i in range(0, len(split["skew"]), k)))
+            waited = split["waited"]  # rank 0's: its compute is the one the step is built on
+            out["wait"].append(median(sum(waited[i:i + k]) for i in range(0, len(waited), k)))
             out["compute"].append(sum(b0[ph] for ph in theory.PHASES))
     return out
 
@@ -115,14 +122,45 @@ def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -
 
 def errors(rows: list[dict], key: str = "error") -> dict[str, float]:
     """Median and worst of one error column over the held-out rows."""
-    e = np.array([r[key] for r in rows])
-    return {"median": float(np.median(e)), "worst": float(e.max()), "n": len(e)}
+    e = [r[key] for r in rows]
+    return {"median": float(median(e)), "worst": float(max(e)), "n": len(e)}
 
 
 def crossovers(rows: list[dict], target: float = 1.5) -> dict[str, dict[str, int | None]]:
-    """Per model: the global batch from which S(2) stays >= ``target``, predicted and measured."""
+    """Per model: the global batch at which S(2) first reaches ``target``, predicted and measured, and how
+    many steps of the model's grid of G apart the two are (never crossing: one step past the grid)."""
     out = {}
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
-        out[model] = {k: theory.crossover({r["G"]: r[k] for r in mine}, target) for k in ("predicted", "measured")}
+        grid = sorted(r["G"] for r in mine)
+        at = {k: theory.crossover({r["G"]: r[k] for r in mine}, target) for k in ("predicted", "measured")}
+        place = [grid.index(G) if G is not None else len(grid) for G in at.values()]
+        out[model] = {**at, "steps_apart": abs(place[0] - place[1])}
     return out
+
+
+# --- Kept for chapter 5.1: its MNIST run predicted from the same fits ---------------------
+
+def _kept(m) -> Path:
+    """One file per machine (its description, CPU, torch and host): fits from elsewhere never apply."""
+    key = hashlib.sha1(repr((m.describe(), m.cpu, m.torch, platform.node())).encode()).hexdigest()[:12]
+    return DATA_DIR / "measured" / f"predictor-{key}.json"
+
+
+def remember(job: list[dict], m) -> Path:
+    """Keep ``regimes.predictor_job``'s result for machine ``m`` (``helpers.machine.this()``)."""
+    path = _kept(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"measured_at": time.time(), "job": job}))
+    tmp.replace(path)
+    return path
+
+
+def recall(m) -> tuple[list[dict], float] | tuple[None, None]:
+    """What ``remember`` kept for this machine, and when (seconds since the epoch); (None, None) if nothing."""
+    path = _kept(m)
+    if not path.exists():
+        return None, None
+    kept = json.loads(path.read_text())
+    return kept["job"], kept["measured_at"]

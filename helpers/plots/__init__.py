@@ -6,4 +6,5 @@ from .parallel import dp_timeline, bucket_sweep, pipeline_timeline, bubble_vs_mi
 from .precision import gradient_magnitudes, underflow_over_training, scale_traces  # noqa: F401
 from .scaling import (allreduce_fit, amdahl_curves, phase_bars, step_prediction,  # noqa: F401
                       strong_scaling, weak_scaling)
+from .prediction import speedup_predictions, step_parts  # noqa: F401
 from .style import COLORS, finish  # noqa: F401

@@ -83,35 +83,42 @@ def allreduce_sweep(sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min
     measured by rank 0 while the others wait).
     """
     with distributed() as ctx:
-        tensors = [torch.ones(size // 4, device=ctx.device) for size in sizes]
-        reps = [repeats_for(size, budget_bytes, min_repeats, max_repeats) for size in sizes]
-        for t in tensors:
-            for _ in range(warmup):  # the first calls set up gloo's buffers / NCCL's channels
-                dist.all_reduce(t)
-        # Round-robin over the sizes, so that a slow spell of the machine lands on all of them
-        # instead of on whichever size was being timed at that moment. Each round goes from
-        # small to large after a few untimed small calls: a small message timed right after a
-        # 64 MB one would pay for the large one's aftermath (freed buffers, cold caches).
-        rounds = max(reps)
-        when = [spread_rounds(n, rounds) for n in reps]
-        mine = [[] for _ in sizes]
-        for r in range(rounds):
-            for _ in range(warmup):
-                dist.all_reduce(tensors[0])
-            for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
-                if r in when[i]:
-                    mine[i].append(time_allreduce(tensors[i]))
-            report(r + 1, rounds)
-        seconds, spread = [], []
-        for times in mine:
-            slowest = torch.tensor(times, dtype=torch.float64)
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
-            q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-            seconds.append(med.item())
-            spread.append((q3 - q1).item())
-        del tensors
-        copy_bw = copy_bandwidth(copy_bytes, device=ctx.device) if ctx.is_main else float("nan")
-        dist.barrier()
-        return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
-                "threads": torch.get_num_threads(), "sizes": list(sizes), "seconds": seconds,
-                "spread": spread, "repeats": reps, "copy_bw": copy_bw}
+        return sweep(ctx, sizes, budget_bytes, min_repeats, max_repeats, warmup, copy_bytes)
+
+
+def sweep(ctx, sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repeats: int = 7,
+          max_repeats: int = 100, warmup: int = 3, copy_bytes: int = 64 * MB) -> dict:
+    """``allreduce_sweep`` inside a group that is already up (``ctx`` from ``distributed()``), so that
+    another recipe can run it as one part of its job."""
+    tensors = [torch.ones(size // 4, device=ctx.device) for size in sizes]
+    reps = [repeats_for(size, budget_bytes, min_repeats, max_repeats) for size in sizes]
+    for t in tensors:
+        for _ in range(warmup):  # the first calls set up gloo's buffers / NCCL's channels
+            dist.all_reduce(t)
+    # Round-robin over the sizes, so that a slow spell of the machine lands on all of them
+    # instead of on whichever size was being timed at that moment. Each round goes from
+    # small to large after a few untimed small calls: a small message timed right after a
+    # 64 MB one would pay for the large one's aftermath (freed buffers, cold caches).
+    rounds = max(reps)
+    when = [spread_rounds(n, rounds) for n in reps]
+    mine = [[] for _ in sizes]
+    for r in range(rounds):
+        for _ in range(warmup):
+            dist.all_reduce(tensors[0])
+        for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
+            if r in when[i]:
+                mine[i].append(time_allreduce(tensors[i]))
+        report(r + 1, rounds)
+    seconds, spread = [], []
+    for times in mine:
+        slowest = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
+        q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+        seconds.append(med.item())
+        spread.append((q3 - q1).item())
+    del tensors
+    copy_bw = copy_bandwidth(copy_bytes, device=ctx.device) if ctx.is_main else float("nan")
+    dist.barrier()
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
+            "threads": torch.get_num_threads(), "sizes": list(sizes), "seconds": seconds,
+            "spread": spread, "repeats": reps, "copy_bw": copy_bw}

@@ -27,6 +27,7 @@ from helpers.machine import usable_cpus
 from helpers.dist import distributed, report
 from helpers.training import median, train_step, turns
 
+from .collectives import sweep
 from .scaling import Trainer, medians
 
 
@@ -38,12 +39,23 @@ CALIBRATION = {"simple": [96, 192, 3072, 6144], "wide-512x4": [768, 1536], "wide
 HELD_OUT = {"simple": [256, 512, 1024, 2048, 4096, 8192], "wide-1024x4": [256, 512, 1024, 2048, 4096],
             "wide-512x4": [512, 4096]}
 STEPS = {"simple": 10, "wide-512x4": 5, "wide-1024x4": 3}  # per block: each about 0.1-3 s
+SWEEP = [4096 * 2**k for k in range(13)]  # 4 KB to 16 MB, as chapter 4.2 steps them
 
 
 def prediction_blocks(calibration: dict = CALIBRATION, held_out: dict = HELD_OUT) -> dict:
     """``strong_scaling``'s ``model_names`` and ``global_sizes`` for both sets in one job."""
     sizes = {**calibration, **{m + " overlap": Gs for m, Gs in held_out.items()}}
     return {"model_names": list(sizes), "global_sizes": sizes}
+
+
+def predictor_job(dataset, rounds: int = 3, sizes: list[int] = SWEEP, budget_bytes: int = 2**28) -> dict:
+    """Everything chapter 4.3's predictor is fitted on and tested against, in one 2-rank job: chapter
+    4.2's all_reduce sweep (``sweep``, to 16 MB: the largest model's gradients are 11 MB), then
+    ``strong_scaling`` over ``prediction_blocks()``, the calibration and the held-out blocks interleaved."""
+    with distributed() as ctx:
+        swept = sweep(ctx, sizes, budget_bytes)
+        return {"sweep": {k: swept[k] for k in ("sizes", "seconds", "backend")},
+                **_strong_scaling(ctx, dataset=dataset, rounds=rounds, steps=STEPS, **prediction_blocks())}
 
 
 def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, list[int]], dataset, per_rank_batches=(),
@@ -55,36 +67,41 @@ def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, l
     instead of the timed hook. ``steps``: {model NAME: steps per block}, default 10.
     ``pin``: every thread of each rank (gloo's too) on a core of its own, where there are enough.
     """
+    with distributed() as ctx:
+        return _strong_scaling(ctx, model_names, global_sizes, dataset, per_rank_batches, steps, rounds, warmup, pin)
+
+
+def _strong_scaling(ctx, model_names, global_sizes, dataset, per_rank_batches=(), steps=None, rounds=7,
+                    warmup=2, pin=False) -> dict:
     steps = steps or {}
     sizes = global_sizes if isinstance(global_sizes, dict) else dict.fromkeys(model_names, global_sizes)
-    with distributed() as ctx:
-        groups = {1: dist.new_group([0]), 2: dist.new_group([0, 1])}
-        every = usable_cpus()
-        if pin and len(every) >= ctx.world_size:
-            pin_threads({sorted(every)[ctx.rank]})
-        work = {(m, p): sorted({G // p for G in sizes.get(m, ())} | set(per_rank_batches))
-                for m in model_names for p in groups}
-        trainers = {(m, p, b): Trainer(b, dataset, groups[p], m.removesuffix(" overlap"),
-                                       overlap=m.endswith(" overlap"))
-                    for m in model_names for p in groups for b in work[(m, p)] if ctx.rank < p}
-        for t in trainers.values():
-            t.run(warmup)
-        dist.barrier()
-        runs = []
-        for r in range(rounds):
-            for m in model_names:
-                for p in turns([1, 2], r):  # which p goes first alternates
-                    if ctx.rank < p:
-                        for b in work[(m, p)]:
-                            t = trainers[(m, p, b)]
-                            runs.append({"round": r, "model": m, "p": p, "G": b * p, "per_rank_batch": b,
-                                         **medians(t.run(steps.get(m.removesuffix(" overlap"), 10))),
-                                         "calls": t.calls if p > 1 else []})
-                    dist.barrier()
-            report(r + 1, rounds)
-        return {"rank": ctx.rank, "runs": runs, "threads": torch.get_num_threads(),
-                # at p = 2, where DDP has rebuilt its buckets in the order gradients arrive
-                "facts": {m: trainers[(m, 2, work[(m, 2)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
+    groups = {1: dist.new_group([0]), 2: dist.new_group([0, 1])}
+    every = usable_cpus()
+    if pin and len(every) >= ctx.world_size:
+        pin_threads({sorted(every)[ctx.rank]})
+    work = {(m, p): sorted({G // p for G in sizes.get(m, ())} | set(per_rank_batches))
+            for m in model_names for p in groups}
+    trainers = {(m, p, b): Trainer(b, dataset, groups[p], m.removesuffix(" overlap"),
+                                   overlap=m.endswith(" overlap"))
+                for m in model_names for p in groups for b in work[(m, p)] if ctx.rank < p}
+    for t in trainers.values():
+        t.run(warmup)
+    dist.barrier()
+    runs = []
+    for r in range(rounds):
+        for m in model_names:
+            for p in turns([1, 2], r):  # which p goes first alternates
+                if ctx.rank < p:
+                    for b in work[(m, p)]:
+                        t = trainers[(m, p, b)]
+                        runs.append({"round": r, "model": m, "p": p, "G": b * p, "per_rank_batch": b,
+                                     **medians(t.run(steps.get(m.removesuffix(" overlap"), 10))),
+                                     "calls": t.calls if p > 1 else []})
+                dist.barrier()
+        report(r + 1, rounds)
+    return {"rank": ctx.rank, "runs": runs, "threads": torch.get_num_threads(),
+            # at p = 2, where DDP has rebuilt its buckets in the order gradients arrive
+            "facts": {m: trainers[(m, 2, work[(m, 2)][0])].facts() for m in model_names} if ctx.rank == 0 else None}
 
 
 def pin_threads(cpus: set[int] | None, every: set[int] | None = None) -> None:

@@ -24,5 +24,5 @@ from .precision import (  # noqa: F401
 )
 from .prediction import (  # noqa: F401
     PHASES, Line, fit_line, Workload, ComputeModel, fit_compute, Link, bucket_exposed,
-    StepPrediction, predict_step, predict, predicted_speedup, article_step, crossover,
+    StepPrediction, predict_step, predict, predicted_speedup, article_step, crossover, ddp_buckets,
 )

@@ -183,11 +183,16 @@ def article_step(t_one_rank: float, grad_bytes: float, p: int, latency: float, b
     return t_one_rank / p + (grad_bytes / bandwidth + latency if p > 1 else 0.0)
 
 
+def ddp_buckets(grad_bytes: int, first: int = 2**20, cap: int = 25 * 2**20) -> tuple[int, ...]:
+    """DDP's buckets for a model whose layers are fine-grained: a first bucket of ``first`` bytes (DDP's
+    1 MiB), then ``cap`` (``bucket_cap_mb`` = 25) at most each. Real buckets close at layer boundaries."""
+    out, left = [min(first, grad_bytes)], grad_bytes - min(first, grad_bytes)
+    while left > 0:
+        out.append(min(cap, left))
+        left -= out[-1]
+    return tuple(out)
+
+
 def crossover(speedups: dict[int, float], target: float) -> int | None:
-    """The smallest global batch from which S stays at or above ``target`` (None: it never does)."""
-    above = None
-    for G in sorted(speedups, reverse=True):
-        if speedups[G] < target:
-            break
-        above = G
-    return above
+    """The smallest global batch at which S reaches ``target`` (None: it never does)."""
+    return next((G for G in sorted(speedups) if speedups[G] >= target), None)

@@ -9,3 +9,5 @@ from .amdahl import AmdahlExplorer, amdahl_explorer  # noqa: F401
 from .fit import (FIT_DEFAULTS, GIB, GPT3_MODELS, FitExplorer, fit_advice, fit_case, fit_data,  # noqa: F401
                   fit_explorer, verdict)
 from .slow_run import SlowRunExplorer, diagnosis_html, slow_run_explorer  # noqa: F401
+from . import prediction  # noqa: F401
+from .prediction import PredictionExplorer, prediction_explorer  # noqa: F401

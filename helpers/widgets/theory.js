@@ -161,6 +161,49 @@ const theory = (function () {
       `${p} ranks give ${fixed(d.speedup, 2)}x one process's throughput${slower}.<ul>${rows}</ul>`;
   }
 
-  return {fixed, g, amdahl, gustafson, strategyMemory, advise, verdict, GIB, ringAllreduceTime, ddpStepTime,
-          diagnose, diagnosisHtml};
+  // --- theory.prediction: a DDP step from one rank's phases, a link and the contention -----------
+  // A line is [fixed, slope]; a link {step_latency, seconds_per_byte, per_call, wait: line}.
+
+  function lineAt(l, x) { return l[0] + l[1] * x; }
+
+  function bucketExposed(buckets, tBackward, calls) {
+    let total = 0.0, done = 0.0, end = 0.0;
+    for (const b of buckets) total += b;
+    buckets.forEach((nbytes, i) => {
+      done += nbytes;
+      end = Math.max(end, tBackward * done / total) + calls[i];
+    });
+    return Math.max(0.0, end - tBackward);
+  }
+
+  function predictStep(phases, buckets, p, link, contention = 1.0) {
+    if (p < 1) throw new Error(`predict_step needs p >= 1 ranks, got ${p}`);
+    const slow = p > 1 ? contention : 1.0, ph = {};
+    let compute = 0;
+    for (const [k, v] of Object.entries(phases)) { ph[k] = v * slow; compute += ph[k]; }
+    const calls = p > 1 ? buckets.map(m => ringAllreduceTime(m, p, link.step_latency, link.seconds_per_byte)
+                                           + link.per_call) : [];
+    let comm = 0;
+    for (const c of calls) comm += c;
+    const exposed = calls.length ? bucketExposed(buckets, ph.backward || 0.0, calls) : 0;
+    const wait = p > 1 ? lineAt(link.wait, compute) : 0.0;
+    return {p, compute, comm, exposed, wait, step: compute + exposed + wait};
+  }
+
+  // ComputeModel.phases for a model of nParams whose multiply-adds per sample are macs.
+  function computePhases(m, nParams, macs, perRankBatch) {
+    const work = perRankBatch * macs;
+    return {data: lineAt(m.data, perRankBatch), forward: lineAt(m.forward, work),
+            backward: lineAt(m.backward, work), optimizer: lineAt(m.optimizer, nParams)};
+  }
+
+  function ddpBuckets(gradBytes, first = 2 ** 20, cap = 25 * 2 ** 20) {
+    const out = [Math.min(first, gradBytes)];
+    let left = gradBytes - out[0];
+    while (left > 0) { out.push(Math.min(cap, left)); left -= out[out.length - 1]; }
+    return out;
+  }
+
+  return {ddpBuckets, fixed, g, amdahl, gustafson, strategyMemory, advise, verdict, GIB, ringAllreduceTime, ddpStepTime,
+          diagnose, diagnosisHtml, lineAt, bucketExposed, predictStep, computePhases};
 })();
