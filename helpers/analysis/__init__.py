@@ -18,3 +18,6 @@ from .communication import (  # noqa: F401
 from .runs import (  # noqa: F401
     assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state,
 )
+from .tensor_parallel import (  # noqa: F401
+    collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,
+)

@@ -10,6 +10,9 @@ explicit arguments, as in torchtitan::
 """
 from __future__ import annotations
 
+import logging
+import warnings
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -85,6 +88,9 @@ def local_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dic
 
 def whole_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter whole, under the unwrapped model's names (collective for DTensors)."""
+    # A (dp, tp)-sharded weight is gathered in two all_gathers, and torch logs that this is slower
+    # than one: true, and beside the point of a check that runs once.
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
     return {n.removeprefix("module."): (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
             for n, p in model.named_parameters()}
 
@@ -118,6 +124,8 @@ def strategy_costs(hidden: int = 64, heads: int = 4, layers: int = 2, batch: int
     """The same model and global batches under DDP, FSDP, TP (each over every rank), then FSDP x TP
     (``Topology(dp=2, tp=world_size // 2)``): each one's losses, final weights, last-step
     collectives and state bytes on this rank. The reference trains unsplit in this same process."""
+    # FSDP2 warns that an in-place op on a module's output view would skip its hook; none is done here.
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
     with distributed(seed) as ctx:
         p = ctx.world_size
         batches = _data(steps, batch, seq, hidden, seed, ctx.device)
@@ -144,7 +152,7 @@ def strategy_costs(hidden: int = 64, heads: int = 4, layers: int = 2, batch: int
         out = {}
         for i, (name, (model, dp_size, replica)) in enumerate(layouts.items()):
             losses, calls, states = train(model, batches, dp_size, replica, lr)
-            out[name] = {"losses": losses, "calls": calls, "states": states, "dp": dp_size,
+            out[name] = {"losses": losses, "calls": calls, "states": states, "dp": dp_size, "replica": replica,
                          "tp": p // dp_size, "weights": whole_state(model)}
             report(i + 1, len(layouts))
         reference = fresh()
@@ -152,5 +160,6 @@ def strategy_costs(hidden: int = 64, heads: int = 4, layers: int = 2, batch: int
         n_split, n_kept = split_params(reference)
         return {"rank": ctx.rank, "p": p, "layouts": out, "dp_rank": dp_rank,
                 "tp_rank": topo.tp_rank(ctx.rank), "mesh": {k: mesh[k].mesh.tolist() for k in ("dp", "tp")},
-                "reference": {"losses": ref_losses, "weights": whole_state(reference), "states": ref_states},
+                "reference": {"losses": ref_losses, "weights": whole_state(reference), "states": ref_states,
+                              "initial": {k: v.cpu() for k, v in init.items()}},
                 "n_split": n_split, "n_kept": n_kept, "shape": (batch, seq, hidden), "layers": layers}

@@ -22,3 +22,7 @@ from .precision import (  # noqa: F401
     autocast_weight_copy_bytes, autocast_saved_bytes, autocast_break_even_batch,
     grad_scale_trace,
 )
+from .tensor_parallel import (  # noqa: F401
+    STRATEGIES, megatron_allreduces, tp_message_bytes, local_params, state_bytes, step_collectives,
+    sent_bytes, tp_ddp_break_even_tokens,
+)
