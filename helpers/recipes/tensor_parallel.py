@@ -5,7 +5,7 @@ Two small blocks, in ``helpers/models.py`` style, and the same split of each wri
 * by hand (``naive_block_step``): each rank keeps a slice of every weight, and two
   autograd functions move the data: ``copy_to_tp`` (forward: identity, backward:
   all_reduce) and ``reduce_from_tp`` (forward: all_reduce, backward: identity). These are
-  the f and g of Megatron-LM {cite}`shoeybi2019megatron`, one pair per block.
+  the f and g of Megatron-LM (Shoeybi et al., 2019), one pair per block.
 * with DTensor (``library_block_step``): ``parallelize_module`` with ``ColwiseParallel``
   on the first Linear(s) and ``RowwiseParallel`` on the last; torch inserts the same
   collectives, and ``CommDebugMode`` counts them.

@@ -1,6 +1,6 @@
 """Tensor parallelism (chapter 6.3) in closed form, and what four strategies cost one rank per step.
 
-Megatron-LM {cite}`shoeybi2019megatron` splits a block's first Linear(s) by columns and its
+Megatron-LM (Shoeybi et al., 2019) splits a block's first Linear(s) by columns and its
 last by rows, so a block needs one all_reduce in the forward (g, after the row-split
 Linear) and one in the backward (f, the gradient of the block's input). Both carry the
 block's activations: batch x seq x hidden values.
