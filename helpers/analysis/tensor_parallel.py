@@ -31,7 +31,7 @@ def max_gap(run: dict, whole: dict) -> dict[str, float]:
 def global_losses(ranks: list[dict], strategy: str) -> list[float]:
     """Each step's loss on the whole global batch: the mean of the replicas' (equal-sized) batches'."""
     by_replica = {r["layouts"][strategy]["replica"]: r["layouts"][strategy]["losses"] for r in ranks}
-    return list(np.mean([by_replica[k] for k in sorted(by_replica)], axis=0))
+    return [float(v) for v in np.mean([by_replica[k] for k in sorted(by_replica)], axis=0)]
 
 
 def weight_gap(ranks: list[dict], strategy: str) -> float:

@@ -24,11 +24,11 @@ STRATEGIES = {"DDP": (False, False), "FSDP": (True, False), "TP": (False, True),
 BLOCKS_PER_LAYER = 2  # attention and MLP: one column-then-row pair each
 
 
-def megatron_allreduces(layers: int, first_input_needs_grad: bool = False) -> tuple[int, int]:
-    """(forward, backward) all_reduces of a TP step: one per block each way. The first block's
-    backward one is the gradient of its input; when that input is data (no gradient wanted),
-    as here, autograd never asks for it. After an embedding layer it is there."""
-    blocks = BLOCKS_PER_LAYER * layers
+def megatron_allreduces(blocks: int, first_input_needs_grad: bool = True) -> tuple[int, int]:
+    """(forward, backward) all_reduces of ``blocks`` TP blocks in a row: one per block each way
+    (a transformer layer is two blocks). The first block's backward one is the gradient of its
+    input; when that input is data (no gradient wanted), autograd never asks for it. After an
+    embedding layer it is there."""
     return blocks, blocks - (0 if first_input_needs_grad else 1)
 
 
@@ -72,7 +72,7 @@ def step_collectives(strategy: str, n_split: int, n_kept: int, dp: int, tp: int,
             out[key] = (layers, grads)
     if split:
         m = tp_message_bytes(batch // dp, seq, hidden, value_bytes)
-        fwd, bwd = megatron_allreduces(layers, first_input_needs_grad)
+        fwd, bwd = megatron_allreduces(BLOCKS_PER_LAYER * layers, first_input_needs_grad)
         out[("all_reduce", "forward")] = (fwd, fwd * m)
         out[("all_reduce", "backward")] = (bwd, bwd * m)
     return out
