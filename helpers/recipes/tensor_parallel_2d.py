@@ -109,7 +109,7 @@ def train(model: nn.Module, batches: list, dp_size: int, dp_rank: int, lr: float
     for x, y in batches:
         n = len(x) // dp_size
         x, y = x[dp_rank * n:(dp_rank + 1) * n], y[dp_rank * n:(dp_rank + 1) * n]
-        with CommBytes() as comm:  # counted at every step; the last one is kept (the first sets up)
+        with CommBytes() as comm:  # counted at every step; the last one is kept (the first two set up)
             optimizer.zero_grad(set_to_none=True)
             loss = F.mse_loss(model(x), y)
             loss.backward()
@@ -139,6 +139,10 @@ def strategy_costs(hidden: int = 64, heads: int = 4, layers: int = 2, batch: int
 
         if p < 4 or p % 2:
             raise ValueError(f"FSDP x TP here is 2 x (p / 2): launch an even p >= 4, not {p}")
+        if steps < 3:  # DDP's step 2 broadcasts the buckets it rebuilt from step 1's gradient order
+            raise ValueError(f"the last step is the one counted, and steps 1 and 2 set up: steps >= 3, not {steps}")
+        if heads % p:
+            raise ValueError(f"TP over {p} ranks gives each whole heads: heads = {heads} must be a multiple of {p}")
         dp_mesh, tp_mesh = (Topology(**{k: p}).build_mesh(ctx.device.type)[k] for k in ("dp", "tp"))
         topo = Topology(dp=2, tp=p // 2).check(p)
         mesh = topo.build_mesh(ctx.device.type)  # ("dp", "tp"): FSDP over rows, TP within a row
