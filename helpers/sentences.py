@@ -127,6 +127,17 @@ def prediction(m: Machine) -> dict[str, str]:
     return {"good_claim": claim, **_runs(m, "04_3_prediction")}
 
 
+def tensor_parallel(m: Machine) -> dict[str, str]:
+    """6.3: the blocks on 2 ranks; the strategies and the 2 x 2 layout on 4, which may share the cores."""
+    four = plans.job(m, 4)
+    if four.shared:
+        note = (f"{four.warning()} This chapter takes no timings: it counts bytes and checks results, "
+                "which the turns do not change.")
+    else:
+        note = f"The 4-rank run ran as {four.describe()}: its ranks did not take turns."
+    return {"tp_four_ranks": note, **_runs(m, "06_3_tensor_parallel")}
+
+
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "01_background": background,
@@ -139,6 +150,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "05_2_amp_training": amp_training,
     "05_3_model_parallel_training": model_parallel_training,
     "05_4_checkpointing": checkpointing,
+    "06_3_tensor_parallel": tensor_parallel,
 }
 
 

@@ -8,10 +8,14 @@ the number of processes, and every process group comes from that one object::
     dp_group = mesh["dp"].get_group()      # the replicas of my stage: DDP averages over it
     stage_ranks = mesh["pp"].mesh.tolist() # my replica's stages, in order: send/recv along it
 
-Layout: ``pp`` is the outer dimension and ``dp`` the inner one, so a replica's stages
-are ``dp`` ranks apart and the replicas of one stage are neighbours. On GPU nodes
-this keeps the heavy gradient all-reduce between nearby ranks (the same node) and
-sends only activations between stages, which may cross nodes.
+    topo = Topology(dp=2, tp=2)            # chapter 6.3: FSDP over dp, each layer split over tp
+    mesh = topo.build_mesh("cpu")          # a DeviceMesh named ("dp", "tp"), shape (2, 2)
+
+Layout: ``pp`` is the outer dimension, ``dp`` the middle one and ``tp`` the inner one. The
+ranks that split one layer (tp) are neighbours: they exchange activations in every layer,
+forward and backward, so on GPU nodes they want the fastest links (the same node). The
+replicas of one stage come next, so the gradient all-reduce also stays near, and only
+activations between stages may cross nodes.
 """
 from __future__ import annotations
 
@@ -20,54 +24,78 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Topology:
-    """``dp`` data-parallel replicas of a model cut into ``pp`` pipeline stages."""
+    """``dp`` data-parallel replicas of a model cut into ``pp`` pipeline stages, each stage's
+    layers split over ``tp`` ranks (tensor parallelism)."""
 
     dp: int = 1
     pp: int = 1
+    tp: int = 1
 
     def __post_init__(self):
-        for name in ("dp", "pp"):
+        for name in ("dp", "pp", "tp"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Topology.{name} must be an integer >= 1, got {value!r}")
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.pp
+        return self.dp * self.pp * self.tp
 
     def check(self, world_size: int) -> "Topology":
-        """Raise unless dp * pp uses every process exactly once."""
+        """Raise unless dp * pp (* tp) uses every process exactly once."""
         if self.world_size != world_size:
-            raise ValueError(f"dp * pp = {self.dp} * {self.pp} = {self.world_size}, but the job has "
+            names = ("dp", "pp", "tp") if self.tp > 1 else ("dp", "pp")
+            sizes = " * ".join(str(getattr(self, n)) for n in names)
+            raise ValueError(f"{' * '.join(names)} = {sizes} = {self.world_size}, but the job has "
                              f"{world_size} processes; they must be equal")
         return self
 
     def coords(self, rank: int) -> tuple[int, int]:
-        """(dp_rank, pp_rank) of a global rank: which replica, which stage."""
+        """(dp_rank, pp_rank) of a global rank: which replica, which stage (``tp_rank``: which shard)."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} is outside 0..{self.world_size - 1}")
-        return rank % self.dp, rank // self.dp
+        return (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
 
-    def rank(self, dp_rank: int, pp_rank: int) -> int:
-        """The global rank at (replica, stage): the inverse of ``coords``."""
-        return pp_rank * self.dp + dp_rank
+    def tp_rank(self, rank: int) -> int:
+        """Which slice of each split layer a global rank holds."""
+        self.coords(rank)
+        return rank % self.tp
 
-    def stage_ranks(self, dp_rank: int) -> list[int]:
+    def rank(self, dp_rank: int, pp_rank: int, tp_rank: int = 0) -> int:
+        """The global rank at (replica, stage, shard): the inverse of ``coords`` and ``tp_rank``."""
+        return (pp_rank * self.dp + dp_rank) * self.tp + tp_rank
+
+    def stage_ranks(self, dp_rank: int, tp_rank: int = 0) -> list[int]:
         """The ranks that hold replica ``dp_rank``'s stages, first stage first (a pipeline)."""
-        return [self.rank(dp_rank, s) for s in range(self.pp)]
+        return [self.rank(dp_rank, s, tp_rank) for s in range(self.pp)]
 
-    def replica_ranks(self, pp_rank: int) -> list[int]:
-        """The ranks that hold stage ``pp_rank`` in every replica (a gradient all-reduce group)."""
-        return [self.rank(d, pp_rank) for d in range(self.dp)]
+    def replica_ranks(self, pp_rank: int, tp_rank: int = 0) -> list[int]:
+        """The ranks that hold the same part of the model in every replica (a gradient group)."""
+        return [self.rank(d, pp_rank, tp_rank) for d in range(self.dp)]
+
+    def shard_ranks(self, dp_rank: int, pp_rank: int = 0) -> list[int]:
+        """The ranks that split one stage's layers between them (a tensor-parallel group)."""
+        return [self.rank(dp_rank, pp_rank, t) for t in range(self.tp)]
+
+    @property
+    def mesh_dims(self) -> tuple[tuple[str, int], ...]:
+        """The mesh's (name, size), outer first: dp always; pp unless the job is dp x tp alone; tp if > 1."""
+        dims = [("pp", self.pp)] if self.pp > 1 or self.tp == 1 else []
+        return tuple(dims + [("dp", self.dp)] + ([("tp", self.tp)] if self.tp > 1 else []))
 
     def build_mesh(self, device_type: str):
-        """The job's DeviceMesh, shape (pp, dp). Every rank must call it (it creates the groups)."""
+        """The job's DeviceMesh over ``mesh_dims``: (pp, dp), or (dp, tp), or (pp, dp, tp).
+        Every rank must call it (it creates the groups)."""
         import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         self.check(dist.get_world_size())
-        return init_device_mesh(device_type, (self.pp, self.dp), mesh_dim_names=("pp", "dp"))
+        names, sizes = zip(*self.mesh_dims)
+        return init_device_mesh(device_type, sizes, mesh_dim_names=names)
 
     def table(self) -> list[dict]:
         """One row per rank: what a reader wants to see before launching."""
-        return [{"rank": r, "replica (dp)": self.coords(r)[0], "stage (pp)": self.coords(r)[1]}
-                for r in range(self.world_size)]
+        rows = []
+        for r in range(self.world_size):
+            row = {"rank": r, "replica (dp)": self.coords(r)[0], "stage (pp)": self.coords(r)[1]}
+            rows.append(row | ({"shard (tp)": self.tp_rank(r)} if self.tp > 1 else {}))
+        return rows

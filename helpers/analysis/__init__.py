@@ -21,3 +21,6 @@ from .runs import (  # noqa: F401
 from .prediction import (  # noqa: F401
     Calibration, call_costs, calibrate, held_out, errors, crossovers, remember, recall,
 )
+from .tensor_parallel import (  # noqa: F401
+    collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,
+)
