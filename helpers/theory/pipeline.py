@@ -1,4 +1,4 @@
-"""Pipelines and model parallelism (chapters 3.2, 5.3): idle time, and what micro-batches buy."""
+"""Pipelines and model parallelism (chapters 3.2, 5.3, 6.1): idle time, and what micro-batches buy."""
 from __future__ import annotations
 
 import numpy as np
@@ -44,3 +44,27 @@ def micro_batches_for_bubble(p: int, max_bubble: float) -> int:
         raise ValueError(f"max_bubble must be in (0, 1), got {max_bubble}")
     m = max(1, int(np.ceil((p - 1) * (1 - max_bubble) / max_bubble - 1e-9)))
     return m
+
+
+def interleaved_bubble_fraction(p, m, v):
+    """Interleaved 1F1B's idle fraction: (p-1) / (v*m + p-1), with v stages (chunks) per device.
+
+    Each device's work is cut into v chunks, so a fill-and-drain slot is a chunk, v times
+    shorter, while a step still takes m * v of them (Narayanan et al., Megatron-LM).
+    v = 1 is GPipe's and 1F1B's (p-1)/(m+p-1).
+    """
+    p, m, v = (np.asarray(a, dtype=float) for a in (p, m, v))
+    return (p - 1) / (v * m + p - 1)
+
+
+def peak_in_flight(schedule: str, p: int, m: int, stage: int) -> int:
+    """Most micro-batches whose activations stage ``stage`` (0-based) holds at once.
+
+    GPipe runs every forward before any backward: all m. 1F1B runs p - stage forwards, then
+    alternates one backward and one forward, so stage s holds at most p - s (and never more than m).
+    """
+    if schedule == "GPipe":
+        return m
+    if schedule == "1F1B":
+        return min(m, p - stage)
+    raise ValueError(f"no closed form here for {schedule!r}; GPipe and 1F1B have one")
