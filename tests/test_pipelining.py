@@ -1,5 +1,11 @@
 """Pipeline schedules from torch.distributed.pipelining (chapter 6.1): the formulas, the layouts,
-the saved-bytes counter, the reductions, and two real runs checked against the unsplit model."""
+the saved-bytes counter, the reductions, two real runs checked against the unsplit model, and
+the same recipe under the torchrun CLI."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
@@ -18,6 +24,38 @@ def test_interleaved_bubble_is_gpipes_at_one_virtual_stage_and_shrinks_with_v():
     assert theory.interleaved_bubble_fraction(2, 2, 2) == pytest.approx(1 / 5)
     assert theory.interleaved_bubble_fraction(4, 8, 4) < theory.interleaved_bubble_fraction(4, 8, 2)
     assert theory.interleaved_bubble_fraction(1, 8, 2) == 0.0  # one stage: nothing to wait for
+
+
+def _gpipe(p, m):
+    return [[("F", (r, i)) for i in range(m)] + [("B", (r, i)) for i in range(m)] for r in range(p)]
+
+
+def _one_f_one_b(p, m):
+    orders = []
+    for r in range(p):
+        warm = min(m, p - r)
+        order = [("F", (r, i)) for i in range(warm)]
+        for i in range(m):
+            order.append(("B", (r, i)))
+            if warm + i < m:
+                order.append(("F", (r, warm + i)))
+        orders.append(order)
+    return orders
+
+
+@pytest.mark.parametrize("p, m", [(2, 2), (2, 8), (4, 4), (4, 8), (3, 5)])
+def test_replaying_gpipe_and_1f1b_in_slots_gives_the_bubble_formula(p, m):
+    for orders in (_gpipe(p, m), _one_f_one_b(p, m)):
+        for chunks in ([1] * p, [2] * p):  # the unit of a slot cancels out
+            assert theory.replay_idle(orders, chunks) == pytest.approx([theory.bubble_fraction(p, m)] * p)
+
+
+def test_replay_weighs_unequal_stages_and_refuses_a_deadlock():
+    # A stage twice as heavy: the light one waits for it, the heavy one is idle only while filling
+    idle = theory.replay_idle(_gpipe(2, 4), [1, 2])
+    assert idle[0] > theory.bubble_fraction(2, 4) > idle[1]
+    with pytest.raises(ValueError, match="deadlock"):  # rank 0 waits for a backward that waits for it
+        theory.replay_idle([[("B", (0, 0)), ("F", (0, 0))], [("F", (1, 0)), ("B", (1, 0))]], [1, 1])
 
 
 def test_peak_in_flight():
@@ -70,8 +108,9 @@ def test_saved_bytes_rise_with_the_forward_and_fall_with_the_backward():
 # --- Reductions ------------------------------------------------------------------------------
 
 def _rank(steps, **extra):
+    stage = steps[0][0][1][0]
     return {"runs": {("GPipe", 2): {"steps": steps, "in_flight": 2, "peak_saved": 20,
-                                    "micro_batch_saved": 10, **extra}}}
+                                    "micro_batch_saved": 10, "chunks": {stage: 1}, **extra}}}
 
 
 def test_step_idle_is_the_median_over_steps_of_the_common_window():
@@ -83,6 +122,7 @@ def test_step_idle_is_the_median_over_steps_of_the_common_window():
     s = analysis.summarize_pipelines(ranks)[("GPipe", 2)]
     assert s["busiest_idle"] == 0.0 and s["mean_idle"] == pytest.approx(0.25)
     assert s["step_s"] == 10 and s["saved_in_micro_batches"] == [2.0, 2.0]
+    assert s["slot_idle"] == pytest.approx(0.5)  # one forward each, the second after the first
 
 
 def test_grad_diffs_need_each_parameter_from_exactly_one_rank():
@@ -119,3 +159,20 @@ def test_timelines_count_what_each_schedule_holds():
     assert {"F", "I", "W"} <= kinds  # zero bubble splits the backward in two
     s = analysis.summarize_pipelines(ranks)
     assert all(0 <= i < 1 for v in s.values() for i in v["idle"])
+    # Whatever the times were, the order each rank ran is the schedule's: its slots give the formula
+    for m in (2, 4):
+        for name in ("GPipe", "1F1B"):
+            assert s[(name, m)]["slot_idle"] == pytest.approx(theory.bubble_fraction(2, m))
+        assert s[("Interleaved1F1B", m)]["slot_idle"] == pytest.approx(theory.interleaved_bubble_fraction(2, m, 2))
+        assert s[("ZBV", m)]["slot_idle"] < s[("Interleaved1F1B", m)]["slot_idle"]
+
+
+def test_the_recipe_runs_under_the_real_torchrun_cli():
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run", "pipelining.schedule_timelines",
+         "--micro-batches", "[2]", "--steps", "1", "--batch-size", "16", "--width", "16"],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "HELPERS_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    assert summary["p"] == 2 and summary["rank"] == 0 and summary["steps"] == 1

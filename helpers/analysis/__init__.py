@@ -19,5 +19,5 @@ from .runs import (  # noqa: F401
     assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state,
 )
 from .pipelining import (  # noqa: F401
-    step_idle, step_seconds, summarize_pipelines, schedule_grad_diffs, spans_of,
+    step_idle, step_seconds, slot_idle, summarize_pipelines, schedule_grad_diffs, spans_of,
 )

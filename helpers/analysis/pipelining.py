@@ -2,6 +2,7 @@
 and the gradients of every schedule against the unsplit model's."""
 from __future__ import annotations
 
+from ..theory.pipeline import replay_idle
 from ..training import median
 from .runs import max_abs_diff
 from .timelines import utilization, window
@@ -29,16 +30,27 @@ def step_seconds(ranks: list[dict], key) -> float:
 def summarize_pipelines(ranks: list[dict]) -> dict:
     """Per (schedule, m) of ``pipelining.schedule_timelines``: each rank's idle fraction, the least
     of them (the busiest rank, which sets the pace), the step time, and per rank the most
-    micro-batches in flight and the peak of live saved bytes in micro-batches' worth."""
+    micro-batches in flight and the peak of live saved bytes in micro-batches' worth; and the
+    busiest rank's idle fraction in slots of the schedule's own order (``slot_idle``)."""
     out = {}
     for key in ranks[0]["runs"]:
         idle = step_idle(ranks, key)
         runs = [r["runs"][key] for r in ranks]
         out[key] = {"idle": idle, "busiest_idle": min(idle), "mean_idle": sum(idle) / len(idle),
-                    "step_s": step_seconds(ranks, key),
+                    "step_s": step_seconds(ranks, key), "slot_idle": min(slot_idle(ranks, key)),
                     "in_flight": [run["in_flight"] for run in runs],
                     "saved_in_micro_batches": [run["peak_saved"] / run["micro_batch_saved"] for run in runs]}
     return out
+
+
+def slot_idle(ranks: list[dict], key) -> list[float]:
+    """Each rank's idle fraction of run ``key`` in slots: its first measured step's actions, in the
+    order the rank ran them, replayed on equal devices (``theory.replay_idle``). The order is the
+    schedule's own; only the times were the machine's, so this is what the schedule alone costs."""
+    runs = [r["runs"][key] for r in ranks]
+    chunks = {s: n for run in runs for s, n in run["chunks"].items()}
+    orders = [[(kind, tag) for kind, tag, _, _ in sorted(run["steps"][0], key=lambda s: s[2])] for run in runs]
+    return replay_idle(orders, [chunks[s] for s in range(len(chunks))])
 
 
 def schedule_grad_diffs(ranks: list[dict]) -> dict[str, float]:

@@ -193,7 +193,8 @@ def schedule_timelines(schedules: list[str] | tuple[str, ...] = tuple(SCHEDULES)
     """Time each schedule at each micro-batch count; return this rank's spans and activation counts.
 
     Per (schedule, m): the spans of the measured steps, the most micro-batches in flight at once
-    on this rank, the peak of live saved bytes, and the bytes one micro-batch's forward saves.
+    on this rank, the peak of live saved bytes, the bytes one micro-batch's forward saves, and
+    how many model chunks each of this rank's stages holds (what ``theory.replay_idle`` weighs).
     The first step of each also infers the stages' shapes (one extra message), so it is warm-up.
     """
     with distributed(seed) as ctx:
@@ -222,8 +223,11 @@ def schedule_timelines(schedules: list[str] | tuple[str, ...] = tuple(SCHEDULES)
                     steps_spans.append(list(timeline.spans))
                     peaks.append(in_flight["peak"])
             per_mb = _one_micro_batch_bytes(stages, x, m, width, saved.params)
+            layout = SCHEDULES[name][1]
             runs[(name, m)] = {"steps": steps_spans, "in_flight": max(peaks),
-                               "peak_saved": saved.peak, "micro_batch_saved": per_mb}
+                               "peak_saved": saved.peak, "micro_batch_saved": per_mb,
+                               "chunks": {i: len(c) for i, c in zip(stage_indices(layout, ctx.rank, p),
+                                                                    stage_chunks(layout, ctx.rank, p))}}
             done += 1
             report(done, len(plan), micro_batches=m)
         return {"rank": ctx.rank, "p": p, "steps": steps, "runs": runs, "threads": torch.get_num_threads()}
