@@ -123,11 +123,12 @@ def pipeline_schedules(m: Machine) -> dict[str, str]:
     """6.1 times schedules at p = 2 and 4: where 4 ranks share the cores, only p = 2's timings count."""
     four = plans.job(m, 4)
     if four.shared:
-        note = (f"Here p = 4 ran as {four.describe()}: they took turns, so its timings are not what 4 "
-                "devices would give, and only its counts of activations, which no timing changes, are asserted.")
+        note = (f"Here p = 4 ran as {four.describe()}: they took turns, so its seconds are not what 4 "
+                "devices would give, and at p = 4 only what no timing changes is asserted: its idle "
+                "slots and its counts of activations.")
     else:
-        note = (f"Here p = 4 ran as {four.describe()}, so its timings are a pipeline's own, "
-                "but only its counts of activations are asserted, as on any machine.")
+        note = (f"Here p = 4 ran as {four.describe()}, so its seconds are a pipeline's own; still, as "
+                "on any machine, at p = 4 only its idle slots and its counts of activations are asserted.")
     return {"p4_note": note, **_runs(m, "06_1_pipeline_schedules")}
 
 

@@ -44,18 +44,24 @@ def schedule_gantt(runs: dict[str, list[list[tuple]]]):
     return finish(fig)
 
 
-def idle_vs_micro_batches(p: int, measured: dict[str, dict[int, float]], formulas: dict[str, callable]):
+def idle_vs_micro_batches(p: int, measured: dict[str, dict[int, float]], formulas: dict[str, callable],
+                          slots: dict[str, dict[int, float]] | None = None):
     """Measured idle fraction per schedule against m (dots), with each formula's curve beside it.
 
-    ``measured`` maps a schedule to {m: idle}; ``formulas`` maps a curve's label to f(m).
+    ``measured`` maps a schedule to {m: idle}; ``formulas`` maps a curve's label to f(m);
+    ``slots``, if given, the same schedules' idle in slots of their own order (crosses).
     """
     fig, ax = plt.subplots(figsize=(5.8, 3.3))
     ms = sorted({m for runs in measured.values() for m in runs})
     grid = np.arange(1, 2 * max(ms) + 1)
     for (label, f), style in zip(formulas.items(), ("-", "--", ":")):
         ax.plot(grid, f(grid), style, color="gray", label=label)
-    for name, runs in measured.items():
-        ax.plot(list(runs), list(runs.values()), "o", label=f"measured, {name}")
+    for i, (name, runs) in enumerate(measured.items()):
+        ax.plot(list(runs), list(runs.values()), "o", color=f"C{i}", label=f"measured, {name}")
+        if slots and name in slots:
+            ax.plot(list(slots[name]), list(slots[name].values()), "x", color=f"C{i}", markersize=8)
+    if slots:
+        ax.plot([], [], "x", color="black", label="in slots of the order it ran")
     ax.set(xscale="log", xlabel="micro-batches m", ylabel="idle fraction of the busiest rank",
            ylim=(0, 0.75), title=f"idle time against micro-batches, p = {p}")
     ticks = [2 ** k for k in range(int(np.log2(grid[-1])) + 1)]
