@@ -99,6 +99,8 @@ def test_sentences_change_with_the_machine():
     assert sentences.checkpointing(cpu)["map_location_here"].startswith("Here the ranks ran on the CPU")
     assert "sharing its 1 core" in sentences.background(plans.PROFILES["CPU only, 1 core"])["runs_where"]
     assert "2 ranks on 2 GPUs, one each, over NCCL" in sentences.background(node)["runs_where"]
+    assert "sharing its 2 cores" in sentences.pipeline_schedules(cpu)["p4_note"]
+    assert "4 ranks on 4 GPUs" in sentences.pipeline_schedules(node)["p4_note"]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

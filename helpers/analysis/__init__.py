@@ -24,3 +24,6 @@ from .prediction import (  # noqa: F401
 from .tensor_parallel import (  # noqa: F401
     collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,
 )
+from .pipelining import (  # noqa: F401
+    step_idle, step_seconds, slot_idle, summarize_pipelines, schedule_grad_diffs, spans_of,
+)

@@ -16,7 +16,7 @@ from .communication import (  # noqa: F401
 )
 from .pipeline import (  # noqa: F401
     naive_mp_utilization, bubble_fraction, pipeline_utilization, pipeline_speedup,
-    micro_batches_for_bubble,
+    micro_batches_for_bubble, interleaved_bubble_fraction, peak_in_flight, replay_idle,
 )
 from .precision import (  # noqa: F401
     autocast_weight_copy_bytes, autocast_saved_bytes, autocast_break_even_batch,

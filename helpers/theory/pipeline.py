@@ -1,4 +1,4 @@
-"""Pipelines and model parallelism (chapters 3.2, 5.3): idle time, and what micro-batches buy."""
+"""Pipelines and model parallelism (chapters 3.2, 5.3, 6.1): idle time, and what micro-batches buy."""
 from __future__ import annotations
 
 import numpy as np
@@ -44,3 +44,64 @@ def micro_batches_for_bubble(p: int, max_bubble: float) -> int:
         raise ValueError(f"max_bubble must be in (0, 1), got {max_bubble}")
     m = max(1, int(np.ceil((p - 1) * (1 - max_bubble) / max_bubble - 1e-9)))
     return m
+
+
+def interleaved_bubble_fraction(p, m, v):
+    """Interleaved 1F1B's idle fraction: (p-1) / (v*m + p-1), with v stages (chunks) per device.
+
+    Each device's work is cut into v chunks, so a fill-and-drain slot is a chunk, v times
+    shorter, while a step still takes m * v of them (Narayanan et al., Megatron-LM).
+    v = 1 is GPipe's and 1F1B's (p-1)/(m+p-1).
+    """
+    p, m, v = (np.asarray(a, dtype=float) for a in (p, m, v))
+    return (p - 1) / (v * m + p - 1)
+
+
+def peak_in_flight(schedule: str, p: int, m: int, stage: int) -> int:
+    """Most micro-batches whose activations stage ``stage`` (0-based) holds at once.
+
+    GPipe runs every forward before any backward: all m. 1F1B runs p - stage forwards, then
+    alternates one backward and one forward, so stage s holds at most p - s (and never more than m).
+    """
+    if schedule == "GPipe":
+        return m
+    if schedule == "1F1B":
+        return min(m, p - stage)
+    raise ValueError(f"no closed form here for {schedule!r}; GPipe and 1F1B have one")
+
+
+# Slots per action and chunk: a forward is one, a full backward two (the input's and the weights'
+# gradients, each about a forward), and a zero-bubble schedule's two halves one each.
+SLOTS = {"F": 1, "B": 2, "I": 1, "W": 1}
+
+
+def replay_idle(orders, chunks):
+    """Each rank's idle fraction when its actions run in the given order on equal devices.
+
+    ``orders``: per rank, its actions ``(kind, (stage, micro_batch))`` in the order it ran them.
+    ``chunks``: per stage, how many equal model chunks it holds; an action takes
+    ``SLOTS[kind] * chunks[stage]`` slots. Messages are free; an action starts when its rank is free
+    and what it needs is done: F(s, i) needs F(s-1, i), B or I(s, i) needs B or I(s+1, i).
+    The fraction counts slots, not seconds, so no timing noise (or ranks sharing cores) moves it.
+    """
+    last, done, free = len(chunks) - 1, {}, [0] * len(orders)
+    pending = [list(o) for o in orders]
+    while any(pending):
+        moved = False
+        for rank, todo in enumerate(pending):
+            while todo:
+                kind, (stage, mb) = todo[0]
+                need = (["F" if kind == "F" else "G", stage - 1 if kind == "F" else stage + 1, mb]
+                        if (kind == "F" and stage > 0) or (kind in "BI" and stage < last) else None)
+                if need and (need[0], need[1], mb) not in done:
+                    break  # waits for another rank's action: try the others first
+                start = max(free[rank], done.get((need[0], need[1], mb), 0) if need else 0)
+                free[rank] = start + SLOTS[kind] * chunks[stage]
+                done[("F" if kind == "F" else "G" if kind in "BI" else "W", stage, mb)] = free[rank]
+                todo.pop(0)
+                moved = True
+        if not moved:
+            raise ValueError("the orders deadlock: some action waits for one that never runs")
+    span = max(free)
+    busy = [sum(SLOTS[k] * chunks[s] for k, (s, _) in o) for o in orders]
+    return [1 - b / span for b in busy]
