@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .style import COLORS, finish
+from .style import COLORS, finish, powers_of_two_axis
 
 
 def dp_timeline(variants: dict[str, list[dict]]):
@@ -103,10 +103,8 @@ def bubble_vs_micro_batches(p: int, micro_batches, measured, theory_fn):
     measured = np.asarray(measured)
     for s in range(measured.shape[1]):
         ax.plot(micro_batches, measured[:, s], "o", label=f"measured, stage {s}")
-    ax.set(xscale="log", xlabel="micro-batches m", ylabel="busy fraction of the step", ylim=(0, 1.05))
-    ticks = [2 ** k for k in range(int(np.log2(m_grid[-1])) + 1)]
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
+    ax.set(ylabel="busy fraction of the step", ylim=(0, 1.05))
+    powers_of_two_axis(ax, m_grid[-1])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return finish(fig)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .style import COLORS, finish
+from .style import COLORS, finish, powers_of_two_axis
 
 # The backward's two halves of a zero-bubble schedule: the input's gradient is the backward's
 # colour; the weights' gradient, which only updates the weights, takes the optimizer's.
@@ -62,11 +62,9 @@ def idle_vs_micro_batches(p: int, measured: dict[str, dict[int, float]], formula
             ax.plot(list(slots[name]), list(slots[name].values()), "x", color=f"C{i}", markersize=8)
     if slots:
         ax.plot([], [], "x", color="black", label="in slots of the order it ran")
-    ax.set(xscale="log", xlabel="micro-batches m", ylabel="idle fraction of the busiest rank",
-           ylim=(0, 0.75), title=f"idle time against micro-batches, p = {p}")
-    ticks = [2 ** k for k in range(int(np.log2(grid[-1])) + 1)]
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.minorticks_off()
+    ax.set(ylabel="idle fraction of the busiest rank", ylim=(0, 0.75),
+           title=f"idle time against micro-batches, p = {p}")
+    powers_of_two_axis(ax, grid[-1])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return finish(fig)

@@ -32,3 +32,12 @@ def finish(fig, tight: bool = True):
     plt.close(fig)
     show_with_alt_text()  # after pyplot set up the inline backend, whose PNG formatter this replaces
     return fig
+
+
+def powers_of_two_axis(ax, top: float, label: str = "micro-batches m") -> None:
+    """A log x axis ticked at 1, 2, 4, ... up to ``top``, labelled as plain numbers."""
+    import math
+    ticks = [2 ** k for k in range(int(math.log2(top)) + 1)]
+    ax.set(xscale="log", xlabel=label)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
