@@ -24,6 +24,7 @@ CHAPTER_JOBS = {
     "05_3_model_parallel_training": (2, 4),
     "05_4_checkpointing": (1, 2, 4),
     "06_1_pipeline_schedules": (2, 4),
+    "06_2_sharding": (1, 2),
     "06_3_tensor_parallel": (2, 4),
 }
 

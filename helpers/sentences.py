@@ -149,6 +149,15 @@ def pipeline_schedules(m: Machine) -> dict[str, str]:
         note = (f"Here p = 4 ran as {four.describe()}, so its seconds are a pipeline's own; still, as "
                 "on any machine, at p = 4 only its idle slots and its counts of activations are asserted.")
     return {"p4_note": note, **_runs(m, "06_1_pipeline_schedules")}
+def sharding(m: Machine) -> dict[str, str]:
+    """6.2: the training runs use the launch's backend; the collectives probe always runs over gloo."""
+    if _ran_on_gpus(m, 2):
+        wire = ("Here the training ran over NCCL, whose GPU traffic the sockets do not see, so the "
+                "bytes measured on the sockets come from the probe below, which ran over gloo")
+    else:
+        wire = "Here the training ran over gloo too, so its sockets show what gloo sent in each step"
+    return {"sh_wire_where": wire, "sh_budget": f"{plans.MEMORY_PER_RANK >> 20} MB",
+            **_runs(m, "06_2_sharding")}
 
 
 # The chapters whose prose speaks of the machine, by notebook.
@@ -165,6 +174,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "05_4_checkpointing": checkpointing,
     "06_1_pipeline_schedules": pipeline_schedules,
     "06_3_tensor_parallel": tensor_parallel,
+    "06_2_sharding": sharding,
 }
 
 
