@@ -35,6 +35,7 @@ PROFILES = {  # with the memory such a machine typically has: it bounds what one
     "CPU only, 2 cores": Machine(cores=2, memory=8 * GIB),
     "CPU only, 16 cores": Machine(cores=16, memory=32 * GIB),
     "CPU only, 64 cores": Machine(cores=64, memory=256 * GIB),
+    "macOS, 8 cores": Machine(cores=8, system="Darwin", memory=16 * GIB),
     "Colab: 1 GPU + 2 cores": Machine(cores=2, gpus=("Tesla T4",), memory=12 * GIB),
     "1 GPU + 16 cores": Machine(cores=16, gpus=("NVIDIA H200",), memory=128 * GIB),
     "2 GPUs + 16 cores": Machine(cores=16, gpus=("NVIDIA A100",) * 2, memory=128 * GIB),

@@ -6,19 +6,19 @@ The ranks' results come from ``recipes.sharding`` (``compare``, ``collectives``)
 from __future__ import annotations
 
 from ..theory.communication import fit_alpha_beta, ring_from_fit
-from ..theory.sharding import bytes_sent, sharded_state_bytes
+from ..theory.sharding import bytes_sent, collective_time, sharded_state_bytes
 
-STAGE = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "ZeRO-2": "ZeRO-2", "ZeRO-3": "ZeRO-3", "FSDP2": "ZeRO-3"}
-KINDS = ("parameters", "gradients", "optimizer states")
+STAGE_OF = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "ZeRO-2": "ZeRO-2", "ZeRO-3": "ZeRO-3", "FSDP2": "ZeRO-3"}
+STATE_KINDS = ("parameters", "gradients", "optimizer states")
 
 
 def memory_table(result: dict) -> dict[str, dict[str, dict[str, float]]]:
     """variant -> kind -> {"measured", "formula"}: one rank's bytes after the last backward (Adam)."""
     out = {}
     for variant, run in result["runs"].items():
-        formula = sharded_state_bytes(result["n_params"], result["p"], STAGE[variant], "adam",
+        formula = sharded_state_bytes(result["n_params"], result["p"], STAGE_OF[variant], "adam",
                                       n_tensors=result["n_tensors"])
-        out[variant] = {k: {"measured": float(run["held"][k]), "formula": float(formula[k])} for k in KINDS}
+        out[variant] = {k: {"measured": float(run["held"][k]), "formula": float(formula[k])} for k in STATE_KINDS}
     return out
 
 
@@ -79,3 +79,36 @@ def weight_differences(result: dict) -> dict[str, float]:
     """variant -> the largest |weight - DDP's weight| after training."""
     base = result["runs"]["DDP"]["params"]
     return {v: float((run["params"] - base).abs().max()) for v, run in result["runs"].items()}
+
+
+def reshard_rows(result: dict) -> list[dict]:
+    """FSDP2 with ``reshard_after_forward`` on and off (``recipes.fsdp.reshard``): per setting, the
+    states one rank holds, the parameters left whole between forward and backward, and the last
+    step's all-gathered and sent bytes, the latter two in units of the model's parameter bytes."""
+    unit, rows = 4 * result["n_params"], []
+    for name in ("on", "off"):
+        run = result[name]
+        t = traffic(run["calls"], result["p"])
+        rows.append({"reshard_after_forward": name, "states": sum(run["states"].values()),
+                     "between": run["between_bytes"], "gathered": t["messages"].get("all_gather", 0.0) / unit,
+                     "gloo": t["gloo"] / unit,
+                     "wire": None if run["wire_bytes"] is None else run["wire_bytes"] / unit,
+                     "calls": t["calls"], "step_s": run["step_s"]})
+    return rows
+
+
+def predicted_comm_seconds(calls: list, p: int, step_latency: float, seconds_per_byte: float,
+                           backend: str = "gloo") -> float:
+    """The ring model's seconds for a step's collectives, call by call (``theory.collective_time``)."""
+    return float(sum(collective_time(op, m, p, step_latency, seconds_per_byte, backend) for op, m in calls))
+
+
+def time_rows(result: dict, step_latency: float, seconds_per_byte: float) -> list[dict]:
+    """Per variant of ``compare``: its measured step, and what the ring model fitted on this machine
+    gives its collectives, over gloo and, with the same link, over ring algorithms (NCCL's)."""
+    p, rows = result["p"], []
+    for variant, run in result["runs"].items():
+        rows.append({"variant": variant, "step_s": run["step_s"], "calls": len(run["calls"]),
+                     "gloo_s": predicted_comm_seconds(run["calls"], p, step_latency, seconds_per_byte, "gloo"),
+                     "ring_s": predicted_comm_seconds(run["calls"], p, step_latency, seconds_per_byte, "nccl")})
+    return rows

@@ -41,7 +41,7 @@ def _build(variant: str, net, ctx, lr: float):
         apply_fsdp(net)
         opt = torch.optim.Adam(net.parameters(), lr=lr)
         return net, opt, lambda: list(net.parameters()), lambda: torch.cat(
-            [p.full_tensor().reshape(-1) for p in net.parameters()]).cpu()
+            [p.detach().full_tensor().reshape(-1) for p in net.parameters()]).cpu()
     opt = zero.OPTIMIZERS[variant](net, lr=lr)
     final = opt.full_parameters if variant == "ZeRO-3" else (lambda: flat_params(net))
     return net, opt, lambda: list(net.parameters()) + opt.shards, final
