@@ -28,6 +28,33 @@ def measured_state_bytes(model, optimizer) -> dict[str, int]:
             "optimizer states": nbytes(states)}
 
 
+def held_bytes(tensors) -> int:
+    """Bytes of the storages behind ``tensors``, as one rank holds them (chapter 6.2).
+
+    Each storage counts once, so a shard that is a view into its parameter costs nothing
+    extra; a DTensor counts its local shard only; a freed (resized to 0) storage counts 0.
+    """
+    from torch.distributed.tensor import DTensor
+    seen = {}
+    for t in tensors:
+        if t is None or not hasattr(t, "untyped_storage"):
+            continue
+        t = t.to_local() if isinstance(t, DTensor) else t
+        storage = t.untyped_storage()
+        if storage.nbytes():
+            seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def held_state_bytes(params, optimizer) -> dict[str, int]:
+    """``measured_state_bytes`` for a rank that may hold shards: ``params`` is every tensor that
+    stores parameters (the model's, and a by-hand ZeRO's shards), ``optimizer`` a torch optimizer."""
+    params = list(params)
+    states = [t for s in optimizer.state.values() for t in s.values()]
+    return {"parameters": held_bytes(params), "gradients": held_bytes(p.grad for p in params),
+            "optimizer states": held_bytes(states)}
+
+
 def saved_activation_bytes(model, run) -> dict[str, int]:
     """Bytes autograd saves for backward while ``run()`` does the forward; each storage counted once.
 

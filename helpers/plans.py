@@ -24,6 +24,7 @@ CHAPTER_JOBS = {
     "05_3_model_parallel_training": (2, 4),
     "05_4_checkpointing": (1, 2, 4),
     "06_1_pipeline_schedules": (2, 4),
+    "06_2_sharding": (1, 2),
     "06_3_tensor_parallel": (2, 4),
 }
 
@@ -34,6 +35,7 @@ PROFILES = {  # with the memory such a machine typically has: it bounds what one
     "CPU only, 2 cores": Machine(cores=2, memory=8 * GIB),
     "CPU only, 16 cores": Machine(cores=16, memory=32 * GIB),
     "CPU only, 64 cores": Machine(cores=64, memory=256 * GIB),
+    "macOS, 8 cores": Machine(cores=8, system="Darwin", memory=16 * GIB),
     "Colab: 1 GPU + 2 cores": Machine(cores=2, gpus=("Tesla T4",), memory=12 * GIB),
     "1 GPU + 16 cores": Machine(cores=16, gpus=("NVIDIA H200",), memory=128 * GIB),
     "2 GPUs + 16 cores": Machine(cores=16, gpus=("NVIDIA A100",) * 2, memory=128 * GIB),

@@ -149,6 +149,20 @@ def pipeline_schedules(m: Machine) -> dict[str, str]:
         note = (f"Here p = 4 ran as {four.describe()}, so its seconds are a pipeline's own; still, as "
                 "on any machine, at p = 4 only its idle slots and its counts of activations are asserted.")
     return {"p4_note": note, **_runs(m, "06_1_pipeline_schedules")}
+def sharding(m: Machine) -> dict[str, str]:
+    """6.2: the training runs use the launch's backend; the collectives probe always runs over gloo;
+    only Linux counts the bytes a process writes to its sockets."""
+    if m.system != "Linux":
+        system = {"Darwin": "macOS"}.get(m.system, m.system)
+        wire = (f"{system} does not count the bytes a process writes (Linux's /proc/self/io), so "
+                "here no bytes were measured on the sockets: the table has the collectives' own counts")
+    elif _ran_on_gpus(m, 2):
+        wire = ("Here the training ran over NCCL, whose GPU traffic the sockets do not see, so the "
+                "bytes measured on the sockets come from the probe below, which ran over gloo")
+    else:
+        wire = "Here the training ran over gloo too, so its sockets show what gloo sent in each step"
+    return {"sh_wire_where": wire, "sh_budget": f"{plans.MEMORY_PER_RANK >> 20} MB",
+            **_runs(m, "06_2_sharding")}
 
 
 # The chapters whose prose speaks of the machine, by notebook.
@@ -164,6 +178,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "05_3_model_parallel_training": model_parallel_training,
     "05_4_checkpointing": checkpointing,
     "06_1_pipeline_schedules": pipeline_schedules,
+    "06_2_sharding": sharding,
     "06_3_tensor_parallel": tensor_parallel,
 }
 

@@ -8,12 +8,12 @@ the rank if the launching process dies first.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 from . import protocol
@@ -62,12 +62,15 @@ def rank_entry(spec: RankSpec) -> Any:
     protocol.prepare_process(int(os.environ["LOCAL_WORLD_SIZE"]))
     try:
         result = spec.fn(*spec.args, **spec.kwargs)
-        try:  # the agent pickles it on its way back; fail here, with a message, not in the agent
-            pickle.dumps(result)
+        # The result goes back through torch.multiprocessing's queue, whose pickler refuses what
+        # plain pickle takes (a tensor that requires grad): try that one here, and fail with a
+        # message rather than in torch's wrapper, which exits 1 and says nothing.
+        try:
+            ForkingPickler.dumps(result)
         except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing
             raise TypeError(f"{getattr(spec.fn, '__name__', 'the function')} returned a value that "
                             f"cannot be sent back to the launcher ({e}); return tensors, numbers, "
-                            f"strings, lists and dicts") from None
+                            f"strings, lists and dicts; detach() tensors that require grad") from None
         return result
     except BaseException as e:  # noqa: BLE001 - reported to the launcher, then the rank dies
         protocol.write_error(e)

@@ -116,7 +116,7 @@ def test_taken_ports_do_not_matter():
     run_trials("8. the likely ports are taken", trial)
 
 
-@pytest.mark.parametrize("fn", [faults.return_lambda, faults.return_generator])
+@pytest.mark.parametrize("fn", [faults.return_lambda, faults.return_generator, faults.return_graph_tensor])
 def test_a_result_that_cannot_be_pickled_gets_one_clear_error(fn):
     def trial(i):
         with pytest.raises(RankError) as info:
@@ -125,7 +125,7 @@ def test_a_result_that_cannot_be_pickled_gets_one_clear_error(fn):
         assert err.exc_type == "TypeError" and "\n" not in err.message
         assert err.message.startswith(f"{fn.__name__} returned a value that cannot be sent back to the launcher")
         assert "return tensors, numbers" in err.message
-    run_trials(f"9. a rank returns a {fn.__name__.split('_')[1]}", trial)
+    run_trials(f"9. a rank returns a {fn.__name__.split('_', 1)[1].replace('_', ' ')}", trial)
 
 
 class CountingCell:

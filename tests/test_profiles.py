@@ -11,8 +11,9 @@ PROFILES = list(plans.PROFILES.items())
 
 
 def test_the_profiles_are_the_books_table():
-    assert len(PROFILES) == 8
+    assert len(PROFILES) == 9
     assert {m.n_gpus for _, m in PROFILES} == {0, 1, 2, 8} and {m.cores for _, m in PROFILES} >= {1, 2, 16, 64, 96}
+    assert {m.system for _, m in PROFILES} == {"Linux", "Darwin"}
 
 
 @pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])

@@ -27,3 +27,7 @@ from .tensor_parallel import (  # noqa: F401
 from .pipelining import (  # noqa: F401
     step_idle, step_seconds, slot_idle, summarize_pipelines, schedule_grad_diffs, spans_of,
 )
+from .sharding import (  # noqa: F401
+    STAGE_OF, STATE_KINDS, memory_table, worst_relative_error, memory_layouts, traffic, traffic_table, collective_factors,
+    ring_fit, weight_differences, reshard_rows, predicted_comm_seconds, time_rows,
+)

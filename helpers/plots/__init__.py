@@ -8,4 +8,5 @@ from .precision import gradient_magnitudes, underflow_over_training, scale_trace
 from .scaling import (allreduce_fit, amdahl_curves, phase_bars, step_prediction,  # noqa: F401
                       strong_scaling, weak_scaling)
 from .prediction import speedup_predictions, step_parts  # noqa: F401
+from .sharding import traffic_bars, step_time_curves  # noqa: F401
 from .style import COLORS, finish  # noqa: F401

@@ -46,6 +46,13 @@ def return_lambda() -> dict:
         return {"f": lambda: 1}
 
 
+def return_graph_tensor() -> dict:
+    """Plain pickle takes a tensor that requires grad; torch.multiprocessing's queue does not."""
+    with distributed():
+        w = torch.ones(2, requires_grad=True)
+        return {"y": w * 2}
+
+
 def return_generator() -> object:
     with distributed() as ctx:
         return (i for i in range(ctx.world_size))

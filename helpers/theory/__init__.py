@@ -30,3 +30,8 @@ from .tensor_parallel import (  # noqa: F401
     STRATEGIES, megatron_allreduces, tp_message_bytes, local_params, state_bytes, step_collectives,
     sent_bytes, tp_ddp_break_even_tokens,
 )
+from .sharding import (  # noqa: F401
+    STAGES, SHARDED, COLLECTIVES, GLOO_RUNS, sharded_state_bytes, bytes_sent, step_traffic,
+    collective_time, sharded_step_time, zero3_hidden_from, segment_bounds, checkpointed_mlp_bytes,
+    checkpoint_step_time,
+)

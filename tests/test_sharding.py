@@ -1,0 +1,155 @@
+"""Sharding (chapter 6.2): ZeRO's formulas, the byte counters, and real runs of the three stages
+and FSDP2 checked against DDP and against the formulas."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import helpers
+from helpers import analysis, plans, sentences, theory
+from helpers.measure import held_bytes
+from helpers.recipes import fsdp, sharding, zero
+from helpers.recipes.traffic import Traffic, written_bytes
+
+
+# --- Formulas -------------------------------------------------------------------------------
+
+def test_each_stage_divides_one_more_kind_of_state():
+    n, p = 1000, 4
+    ddp = theory.sharded_state_bytes(n, p, "DDP")
+    assert ddp == {"parameters": 4000, "gradients": 4000, "optimizer states": 8000}
+    assert theory.sharded_state_bytes(n, p, "ZeRO-1") == {**ddp, "optimizer states": 2000}
+    assert theory.sharded_state_bytes(n, p, "ZeRO-2") == {**ddp, "gradients": 1000, "optimizer states": 2000}
+    assert theory.sharded_state_bytes(n, p, "ZeRO-3") == {k: v / p for k, v in ddp.items()}
+    # Adam's step counters are not divided: each rank keeps one per shard it updates
+    assert theory.sharded_state_bytes(n, p, "ZeRO-1", n_tensors=3)["optimizer states"] == 2000 + 12
+    with pytest.raises(ValueError, match="stage"):
+        theory.sharded_state_bytes(n, p, "ZeRO-4")
+
+
+def test_gloo_reduce_scatter_sends_an_all_reduce():
+    assert theory.bytes_sent("all_reduce", 8.0, 4) == 12.0
+    assert theory.bytes_sent("reduce_scatter", 8.0, 4) == theory.bytes_sent("all_gather", 8.0, 4) == 6.0
+    assert theory.bytes_sent("reduce_scatter", 8.0, 4, "gloo") == 12.0
+    ddp, z1, z3 = (sum(theory.step_traffic(1.0, 2, s).values()) for s in ("DDP", "ZeRO-1", "ZeRO-3"))
+    assert z1 == ddp and z3 == 1.5 * ddp
+    assert sum(theory.step_traffic(1.0, 2, "ZeRO-3", reshard_after_forward=False).values()) == ddp
+    assert sum(theory.step_traffic(1.0, 2, "ZeRO-3", "gloo").values()) == 2 * ddp
+
+
+def test_collective_times_follow_the_ring_and_zero3_is_free_once_overlap_covers_it():
+    ell, beta, m, p = 1e-4, 1e-9, 1e6, 4
+    assert theory.collective_time("all_reduce", m, p, ell, beta) == pytest.approx(
+        theory.ring_allreduce_time(m, p, ell, beta))
+    assert theory.collective_time("all_gather", m, p, ell, beta) == pytest.approx(3 * ell + 0.75 * m * beta)
+    assert theory.collective_time("reduce_scatter", m, p, ell, beta, "gloo") == pytest.approx(
+        theory.collective_time("all_reduce", m, p, ell, beta))
+    hidden = theory.zero3_hidden_from(m, p, ell, beta)
+    assert theory.sharded_step_time(0.01, m, p, "ZeRO-3", ell, beta, overlappable=hidden) == 0.01
+    assert theory.sharded_step_time(0.01, m, p, "ZeRO-3", ell, beta) == pytest.approx(0.01 + hidden)
+    assert theory.sharded_step_time(0.01, m, p, "ZeRO-1", ell, beta) < 0.01 + hidden
+
+
+def test_checkpointing_keeps_each_runs_input():
+    assert theory.segment_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert theory.segment_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    with pytest.raises(ValueError):
+        theory.segment_bounds(3, 4)
+    b = theory.checkpointed_mlp_bytes(2, [10, 20, 30, 40, 5], segments=2)  # blocks take 10, 20, 30
+    assert b == {"without": 2 * 4 * (10 + 20 + 30 + 40), "kept": 2 * 4 * (10 + 30 + 40),
+                 "recompute_peak": 2 * 4 * (10 + 20)}
+    assert theory.checkpoint_step_time(1.0, 2.0) == 4.0
+
+
+# --- Counters -------------------------------------------------------------------------------
+
+def test_held_bytes_counts_each_storage_once_and_freed_storage_not_at_all():
+    w = torch.zeros(10)
+    assert held_bytes([w, w[:5], w.view(2, 5), None]) == 40
+    v = torch.zeros(4)
+    v.untyped_storage().resize_(0)
+    assert held_bytes([v, w]) == 40
+
+
+def test_traffic_notes_each_collective_and_puts_the_real_ones_back():
+    import torch.distributed as dist
+    real = dist.all_reduce
+    with helpers.dist.distributed():  # a plain process: a group of one
+        with Traffic() as t:
+            dist.all_reduce(torch.ones(8))
+            zero._all_gather(torch.empty(4), torch.ones(4))
+    assert t.calls == [("all_reduce", 32), ("all_gather", 16)] and t.totals() == {"all_reduce": 32, "all_gather": 16}
+    assert dist.all_reduce is real
+    assert (written_bytes() is None) == (sys.platform != "linux")
+
+
+def test_shard_ranges_cover_a_tensor_once():
+    for numel, p in ((10, 3), (7, 4), (8, 2), (1, 2)):
+        ranges = [zero.shard_range(numel, r, p) for r in range(p)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == numel
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_the_chapter_says_where_the_bytes_on_the_sockets_come_from():
+    cpu = sentences.sharding(plans.PROFILES["CPU only, 2 cores"])["sh_wire_where"]
+    assert "gloo too" in cpu
+    assert "NCCL" in sentences.sharding(plans.PROFILES["8 GPUs + 96 cores"])["sh_wire_where"]
+    mac = next(m for m in plans.PROFILES.values() if m.system != "Linux")
+    assert "/proc/self/io" in sentences.sharding(mac)["sh_wire_where"]
+
+
+# --- Real runs ------------------------------------------------------------------------------
+
+def test_three_stages_and_fsdp2_end_with_ddps_weights_and_hold_what_the_formulas_say():
+    ranks = helpers.launch(sharding.compare, nprocs=2, steps=2, batch_size=8, model="wide-64x3", show=None)
+    for r in ranks:
+        assert max(analysis.weight_differences(r).values()) < 1e-6
+        assert analysis.worst_relative_error(analysis.memory_table(r)) < 1e-3
+        sent = analysis.traffic_table(r)
+        assert [sent[v]["textbook"] for v in sharding.VARIANTS] == [1.0, 1.0, 1.0, 1.5, 1.5]
+        assert [sent[v]["gloo"] for v in sharding.VARIANTS] == [1.0, 1.5, 1.5, 2.0, 2.0]
+        if sent["DDP"]["wire"] is not None:  # the sockets: headers on top of gloo's bytes
+            assert all(sent[v]["gloo"] <= sent[v]["wire"] < 1.05 * sent[v]["gloo"] for v in sent), sent
+        assert r["runs"]["ZeRO-3"]["peak_gathered"] == r["largest_layer_bytes"]
+
+
+def test_resharding_after_forward_costs_one_more_all_gather_and_no_memory_between():
+    r = helpers.launch(fsdp.reshard, nprocs=2, steps=1, width=64, depth=3, show=None)[0]
+    on, off = analysis.reshard_rows(r)
+    assert on["states"] == off["states"] == sum(theory.sharded_state_bytes(
+        r["n_params"], 2, "ZeRO-3", n_tensors=r["n_tensors"]).values())
+    assert (on["between"], off["between"]) == (0, 4 * r["n_params"])
+    assert (on["gathered"], off["gathered"]) == (2.0, 1.0)
+
+
+def test_checkpointing_keeps_what_the_formula_says():
+    r = helpers.launch(fsdp.checkpointing, nprocs=1, rounds=1, batch_size=256, width=256, depth=4, show=None)[0]
+    formula = theory.checkpointed_mlp_bytes(r["batch_size"], r["widths"], r["segments"])
+    assert abs(r["kept"]["plain"] - formula["without"]) < 0.02 * formula["without"]
+    assert abs(r["kept"]["checkpointed"] - formula["kept"]) < 0.02 * formula["kept"]
+
+
+def test_the_collectives_probe_sees_gloos_reduce_scatter_send_an_all_reduce():
+    rows = helpers.launch(sharding.collectives, nprocs=2, sizes=(2**16, 2**18, 2**20), repeats=1, show=None)[0]["rows"]
+    f = analysis.collective_factors(rows, 2)
+    assert {op: v["gloo"] for op, v in f.items()} == {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 1.0}
+    if f["all_reduce"]["wire"] is not None:
+        assert np.allclose([v["wire"] for v in f.values()], [1.0, 0.5, 1.0], rtol=0.01)
+    assert [r["bytes"] for r in rows if r["op"] == "all_reduce"] == [2**16, 2**18, 2**20]
+
+
+def test_the_comparison_runs_under_the_real_torchrun_cli():
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run", "sharding.compare",
+         "--steps", "1", "--model", "wide-32x2", "--batch-size", "4"],
+        capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    assert summary["p"] == 2 and summary["n_params"] == sum(p.numel() for p in helpers.models.build("wide-32x2").parameters())
+
