@@ -125,20 +125,26 @@ def medians(rows: list[dict]) -> dict:
     return out
 
 
-def timed_training(configs: list[dict], steps: int = 30, warmup: int = 5, dataset=None) -> dict:
-    """All ranks, one workload after another: a ``Trainer(**config)`` each, timed over ``steps``.
+def timed_training(configs: list[dict], steps: int = 30, warmup: int = 5, rounds: int = 5,
+                   dataset=None) -> dict:
+    """All ranks, every workload in turn: a ``Trainer(**config)`` each, timed over ``steps``.
 
     A config sets ``per_rank_batch`` and optionally ``model`` and ``overlap``.
+    The steps are taken in ``rounds`` that visit every config, so that a busy moment
+    on the machine slows all configs alike instead of one pair's timed half.
     ``dataset`` (a TensorDataset) spares every rank from loading the data itself.
     """
     with distributed() as ctx:
         dataset = dataset if dataset is not None else data.load(train=True)
-        runs = []
-        for i, config in enumerate(configs):
-            trainer = Trainer(dataset=dataset, **config)
+        trainers = [Trainer(dataset=dataset, **config) for config in configs]
+        for trainer in trainers:
             trainer.run(warmup)  # the first steps allocate buffers and warm caches
-            runs.append({**config, **medians(trainer.run(steps)), **trainer.facts()})
-            report(i + 1, len(configs), step_ms=runs[-1]["step"] * 1e3)
+        rows = [[] for _ in configs]
+        for r in range(rounds):
+            for i, trainer in enumerate(trainers):
+                rows[i] += trainer.run(max(1, steps // rounds))
+            report(r + 1, rounds)
+        runs = [{**config, **medians(rs), **t.facts()} for config, rs, t in zip(configs, rows, trainers)]
         return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
                 "threads": torch.get_num_threads(), "runs": runs}
 
