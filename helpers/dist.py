@@ -76,7 +76,8 @@ _groups_made = 0
 
 
 def _fresh_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
-    """The rendezvous store, under a prefix that is new for each group this process makes.
+    """The rendezvous store, under a prefix that is new for each group this process makes,
+    in each attempt of the job.
 
     A second group reusing the first one's keys would hang; with a prefix, a rank can
     set up, tear down and set up again (two recipes in one job). A plain process with
@@ -89,7 +90,9 @@ def _fresh_store(rank: int, world_size: int, timeout: timedelta) -> dist.Store:
     else:
         from torch.distributed.rendezvous import rendezvous
         base, _, _ = next(rendezvous("env://", rank, world_size, timeout=timeout))
-    return dist.PrefixStore(f"helpers-group-{_groups_made}", base)
+    # The attempt too: after a restart the agent's store still holds the failed round's keys,
+    # and a group made under the same names would dial the dead ranks (pytorch/pytorch#135712).
+    return dist.PrefixStore(f"helpers-restart{protocol.restart_count()}-group-{_groups_made}", base)
 
 
 def teardown() -> None:

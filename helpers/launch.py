@@ -17,6 +17,13 @@ interface, and each launch has a fresh random run id and an OS-chosen port, so
 two kernels launching at once never collide. One limit is torch's: its TCPStore
 servers listen on every interface (it has no bind-address option), so on an
 exposed machine a firewall, not this module, keeps strangers off those ports.
+
+Restarts: ``max_restarts=n`` lets the agent restart the whole job up to n times when a
+rank fails, as ``torchrun --max-restarts n`` does. The restarted ranks must not join
+through the agent's own store (torch's default, pytorch/pytorch#135712): the keys of the
+round that failed are still in it, under the same names, and gloo dials the dead
+ranks' addresses. So a launch with restarts sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+unless the caller has set it, and each round's rank 0 serves a fresh store.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import importlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver as forkserver
+import os
 import pickle
 import shutil
 import signal
@@ -48,6 +56,7 @@ from .live import LogTail
 from .machine import this as this_machine
 
 DEFAULT_TIMEOUT = 120.0
+SEPARATE_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # "1": each round's rank 0 serves a new store
 # Third-party modules only: the reader may edit helpers/, and a preloaded copy would go stale.
 PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.elastic", "numpy",
            "torch.optim", "torch._dynamo"]  # DDP and the optimizers import dynamo: ~1 s a rank
@@ -102,9 +111,15 @@ def _check_importable(fn: Callable) -> None:
                           f"(was it redefined after import?). {hint}")
 
 
-def _check_args(nprocs: Any, backend: str | None, timeout: float) -> None:
-    if not isinstance(nprocs, int) or isinstance(nprocs, bool) or nprocs < 1:
+def _is_count(n: Any, least: int) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= least
+
+
+def _check_args(nprocs: Any, backend: str | None, timeout: float, max_restarts: Any = 0) -> None:
+    if not _is_count(nprocs, 1):
         raise LaunchError(f"nprocs must be an integer >= 1, got {nprocs!r}.")
+    if not _is_count(max_restarts, 0):
+        raise LaunchError(f"max_restarts must be an integer >= 0, got {max_restarts!r}.")
     if nprocs > plans.most_ranks(this_machine()):
         raise LaunchError(f"nprocs={nprocs} is more ranks than this machine can hold "
                           f"({plans.most_ranks_why(this_machine())}); use fewer.")
@@ -171,13 +186,14 @@ def _signal_name(code: int) -> str:
         return f"exit code {code}"
 
 
-def _root_cause(run_dir: Path, failure: BaseException) -> Exception:
-    """The rank that failed first, with its own traceback; what other ranks reported is an echo.
+def _root_cause(run_dir: Path, failure: BaseException, restart: int = 0) -> Exception:
+    """The rank that failed first in the job's last attempt, with its own traceback; what other
+    ranks reported is an echo.
 
     In order: the earliest error a rank raised by itself; else a rank that died without raising
     (a signal); else the earliest error raised in a collective (which fails in every rank).
     """
-    errors = protocol.read_errors(run_dir)
+    errors = protocol.read_errors(run_dir, restart)
     own = [e for e in errors if not e.get("collective")]
     died = None
     if isinstance(failure, ChildFailedError) and failure.failures:
@@ -204,7 +220,7 @@ def _without_tracebacks(e: BaseException) -> BaseException:
 def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_TIMEOUT,
            backend: str | None = None, show: int | str | list[int] | None = 0,
            on_progress: Callable[[dict], None] | None = None, threads: int | None = None,
-           **kwargs: Any) -> list[Any]:
+           max_restarts: int = 0, **kwargs: Any) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` in ``nprocs`` processes; return their results, rank 0 first.
 
     Each rank sees torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
@@ -214,10 +230,12 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     show:        ranks whose output is streamed into the cell: a rank, a list, "all" or None.
     backend:     None picks NCCL when every rank can own a GPU, else gloo.
     threads:     torch threads per rank; default: this machine's cores // nprocs.
-    timeout:     seconds before the ranks are killed and LaunchTimeout is raised.
+    timeout:     seconds before the ranks are killed and LaunchTimeout is raised (all attempts).
+    max_restarts: how many times the elastic agent may restart the job after a rank fails;
+                 a restarted rank sees TORCHELASTIC_RESTART_COUNT (``protocol.restart_count``).
     on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
     """
-    _check_args(nprocs, backend, timeout)
+    _check_args(nprocs, backend, timeout, max_restarts)
     _check_importable(fn)
     try:
         pickle.dumps((args, kwargs))
@@ -237,7 +255,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     config = compat.launch_config(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
-        max_restarts=0, monitor_interval=0.02, start_method="forkserver",
+        max_restarts=max_restarts, monitor_interval=0.02, start_method="forkserver",
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "elastic")), shutdown_timeout=5,
     )
     outcome: dict[str, Any] = {}
@@ -253,6 +271,9 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
+    own_store = max_restarts and SEPARATE_STORE not in os.environ  # the caller's choice stands
+    if own_store:
+        os.environ[SEPARATE_STORE] = "1"  # read by the agent's rendezvous, in this process
     tail = LogTail(run_dir, shown)
     bar = ProgressDisplay(protocol.progress_file(run_dir), on_progress)
     thread = threading.Thread(target=agent, name="elastic-agent", daemon=True)
@@ -275,7 +296,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         tail.poll(most=None)
         bar.poll()
         if "error" in outcome:
-            raise _root_cause(run_dir, outcome["error"]) from None
+            raise _root_cause(run_dir, outcome["error"], max_restarts) from None
         results = outcome["results"]
         return [results[r] for r in range(nprocs)]
     except KeyboardInterrupt:
@@ -288,4 +309,6 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         tail.close()
         for lg, lvl in zip(loggers, levels):
             lg.setLevel(lvl)
+        if own_store:
+            del os.environ[SEPARATE_STORE]
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -27,7 +27,7 @@ def run_script(path: str) -> None:
     runpy.run_path(path, run_name="__main__")
 
 
-USAGE = "usage: %%torchrun [-n NPROCS] [--timeout SECONDS] [--show all|0|0,1]"
+USAGE = "usage: %%torchrun [-n NPROCS] [--timeout SECONDS] [--show all|0|0,1] [--max-restarts N]"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--nproc-per-node", "--nprocs", dest="nprocs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
     p.add_argument("--show", default="0", help="rank, comma-separated ranks, or 'all'")
+    p.add_argument("--max-restarts", dest="max_restarts", type=int, default=0)
     return p
 
 
@@ -47,7 +48,8 @@ def torchrun(line: str, cell: str) -> None:
     with tempfile.TemporaryDirectory(prefix="torchrun-cell-") as tmp:
         script = Path(tmp) / "cell.py"
         script.write_text(cell)
-        launch(run_script, str(script), nprocs=args.nprocs, timeout=args.timeout, show=show)
+        launch(run_script, str(script), nprocs=args.nprocs, timeout=args.timeout, show=show,
+               max_restarts=args.max_restarts)
 
 
 def register(ipython) -> None:

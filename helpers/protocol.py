@@ -5,7 +5,8 @@ environment variables, where in it to write. A rank writes three kinds of
 file there; the launching thread reads them while the job runs:
 
 * ``rank{r}.log``: the rank's stdout and stderr;
-* ``error{r}.json``: the rank's first exception (``write_error`` / ``read_errors``);
+* ``error{r}.json``: the rank's first exception (``write_error`` / ``read_errors``); after
+  the elastic agent restarts the job, ``error{r}-restart{n}.json`` for its n-th restart;
 * ``progress.jsonl``: rank 0's progress records, one JSON object a line (``append_progress``).
 
 Under the torchrun CLI none of the variables is set, and a rank prints instead.
@@ -39,8 +40,13 @@ def rank_of_log(path: Path) -> int:
     return int(path.stem.removeprefix("rank"))
 
 
-def error_file(run_dir: str | os.PathLike, rank: int) -> Path:
-    return Path(run_dir) / f"error{rank}.json"
+def restart_count() -> int:
+    """How many times the elastic agent has restarted this job (0 on its first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+
+
+def error_file(run_dir: str | os.PathLike, rank: int, restart: int = 0) -> Path:
+    return Path(run_dir) / (f"error{rank}.json" if not restart else f"error{rank}-restart{restart}.json")
 
 
 def progress_file(run_dir: str | os.PathLike) -> Path:
@@ -49,7 +55,7 @@ def progress_file(run_dir: str | os.PathLike) -> Path:
 
 def rank_env(run_dir: str | os.PathLike, rank: int) -> dict[str, str]:
     """The run-folder variables of one rank: its error file, and rank 0's progress file."""
-    env = {ERROR_FILE: str(error_file(run_dir, rank))}
+    env = {ERROR_FILE: str(error_file(run_dir, rank, restart_count()))}
     if rank == 0:
         env[PROGRESS_FILE] = str(progress_file(run_dir))
     return env
@@ -108,13 +114,17 @@ def write_error(e: BaseException) -> None:
         time.sleep(PEER_GRACE)
     _write_json(path, {"rank": int(os.environ.get("RANK", 0)), "type": type(e).__name__,
                        "message": str(e), "traceback": "".join(traceback.format_exception(e)),
-                       "time": time.time(), "collective": collective})
+                       "time": time.time(), "collective": collective, "restart": restart_count()})
 
 
-def read_errors(run_dir: str | os.PathLike) -> list[dict]:
-    """Every rank's reported exception, earliest first."""
+def read_errors(run_dir: str | os.PathLike, restart: int = 0) -> list[dict]:
+    """Every rank's reported exception in one attempt of the job (0: the first), earliest first.
+
+    A job that failed after its restarts failed in its last attempt: the earlier ones
+    failed too (that is why the agent restarted), but they are not how it ended.
+    """
     errors = [json.loads(p.read_text()) for p in Path(run_dir).glob("error*.json")]
-    return sorted(errors, key=lambda e: e["time"])
+    return sorted((e for e in errors if e.get("restart", 0) == restart), key=lambda e: e["time"])
 
 
 def progress_record(step: int, total: int, **metrics: float) -> dict:

@@ -190,6 +190,8 @@ BAD = [
     ({"nprocs": -1}, "nprocs must be an integer >= 1, got -1"),
     ({"nprocs": 10_000}, r"nprocs=10000 is more ranks than this machine can hold \(at most \d+ here: .*\); use fewer"),
     ({"backend": "mpi"}, "backend must be 'gloo', 'nccl' or None"),
+    ({"max_restarts": -1}, "max_restarts must be an integer >= 0, got -1"),
+    ({"max_restarts": 1.5}, "max_restarts must be an integer >= 0, got 1.5"),
     ({"backend": "nccl"}, r"needs 2 GPUs; this machine has \d+\. Use backend=None"),
     ({"fn": in_the_notebook}, "it is defined in the notebook. Define it with def in a module"),
     ({"fn": faults.a_lambda}, "it is a lambda. Define it with def in a module"),

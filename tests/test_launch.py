@@ -188,8 +188,10 @@ def _run_dirs() -> set:
     return set(Path(tempfile.gettempdir()).glob("helpers-launch-*"))
 
 
-def test_launch_removes_its_folder_and_restores_the_loggers_whatever_happens():
+def test_launch_removes_its_folder_and_restores_the_loggers_whatever_happens(tmp_path, monkeypatch):
     import logging
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # other launches on this machine do not count
     names = ("torch.distributed.elastic", "torch.multiprocessing")
     for lg in names:
         logging.getLogger(lg).setLevel(logging.INFO)

@@ -32,14 +32,19 @@ from helpers.training import snapshot, train_step
 # --- Training that checkpoints, crashes, and resumes -----------------------------------------
 
 def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | None = None,
+          crash_rank: int | None = None, crash_with: str = "sigkill",
           resume: str | None = None, article_too: bool = False, batch_size: int = 64,
           lr: float = 0.05, momentum: float = 0.9, dropout: float = 0.1, seed: int = 0,
           use_amp: bool = False) -> dict:
     """DDP training of the article's model, with a checkpoint in ``folder`` every ``save_every`` steps.
 
-    crash_at:    every rank SIGKILLs itself right after this step, like a power cut:
-                 no ``finally`` runs, nothing is flushed.
+    crash_at:    every rank (or only ``crash_rank``) fails right after this step: by SIGKILL,
+                 like a power cut (no ``finally`` runs, nothing is flushed), or with
+                 ``crash_with="exception"`` by raising, like a bug.
     resume:      None starts afresh; "exact" loads the newest ``helpers.checkpoint`` file;
+                 "elastic" does the same when the world size is the checkpoint's, and at
+                 another world size loads the model and optimizer and starts the saved
+                 epoch over on the new split of the data (no other order exists at that size);
                  "article" loads ``article.pt`` the article's way (model, optimizer, epoch)
                  and starts that epoch from its first batch.
     article_too: also write the article's checkpoint (``article.pt``) at every save.
@@ -60,11 +65,18 @@ def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | No
             folder.mkdir(parents=True, exist_ok=True)
             checkpoint.remove_stray_temp_files(folder)  # left by a save that was killed
 
+        if crash_with not in ("sigkill", "exception"):
+            raise ValueError(f"crash_with is 'sigkill' or 'exception', got {crash_with!r}")
         step, losses, resumed_from = 0, [], None
-        if resume == "exact" and checkpoint.latest(folder):
-            r = checkpoint.load(checkpoint.latest(folder), model=model, optimizer=optimizer,
-                                scaler=scaler, sampler=sampler)
-            step, losses, resumed_from = r.step, list(r.extra["losses"]), r.step
+        if resume in ("exact", "elastic") and checkpoint.latest(folder):
+            path = checkpoint.latest(folder)
+            same = resume == "exact" or checkpoint.read(path, "cpu")["world_size"] == ctx.world_size
+            r = checkpoint.load(path, model=model, optimizer=optimizer, scaler=scaler,
+                                sampler=sampler if same else None)
+            if not same:
+                sampler.set_epoch(r.epoch)
+            # Each rank's own losses; at another world size no rank had this one's past.
+            step, losses, resumed_from = r.step, list(r.extra["losses"][ctx.rank]) if same else [], r.step
         elif resume == "article" and (folder / "article.pt").exists():
             epoch = article_load_checkpoint_ddp(model, optimizer, folder / "article.pt")
             sampler.set_epoch(epoch)
@@ -79,13 +91,17 @@ def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | No
                 step, done = step + 1, done + len(x)
                 report(step, steps, loss=losses[-1])
                 if step % save_every == 0:
+                    histories = [None] * ctx.world_size  # every rank's own losses, not rank 0's alone
+                    dist.all_gather_object(histories, losses)
                     checkpoint.save(folder / f"step_{step:06d}.pt", model=model, optimizer=optimizer,
                                     scaler=scaler, step=step, epoch=sampler.epoch,
-                                    sampler_state=sampler.state_dict(done), extra={"losses": losses})
+                                    sampler_state=sampler.state_dict(done), extra={"losses": histories})
                     if article_too:
                         article_save_checkpoint_ddp(model, optimizer, sampler.epoch,
                                                     folder / "article.pt", ctx.rank)
-                if step == crash_at:
+                if step == crash_at and crash_rank in (None, ctx.rank):
+                    if crash_with == "exception":
+                        raise RuntimeError(f"rank {ctx.rank} failed on purpose after step {step}")
                     os.kill(os.getpid(), signal.SIGKILL)
                 if step == steps:
                     break

@@ -1,0 +1,83 @@
+"""Chapter 7.1: the elastic agent's restarts, through helpers.launch, %%torchrun and the torchrun CLI.
+
+A restarted job resumes from chapter 5.4's checkpoint and must equal an uninterrupted run, loss
+for loss and weight for weight; every trial goes through faults_kit's leak check.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+import torch
+from faults_kit import TRIALS, private_tmp, run_trials  # noqa: F401 - private_tmp is a fixture
+
+from helpers import RankError, checkpoint, launch
+from helpers.launch import SEPARATE_STORE
+from helpers.recipes import elastic, smoke
+
+RUN = dict(steps=30, save_every=10)  # a failure after step 17 resumes from step 10's checkpoint
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Also the warm-up: the forkserver a launch keeps is then in every trial's leak snapshot."""
+    return launch(elastic.train, str(tmp_path_factory.mktemp("reference")), nprocs=2, show=None, **RUN)
+
+
+def _same_run(got: list[dict], ref: list[dict]) -> None:
+    for g, r in zip(got, ref):
+        assert g["losses"] == r["losses"], (g["losses"], r["losses"])
+        assert all(torch.equal(g["state"][k], r["state"][k]) for k in r["state"])
+
+
+def test_a_restarted_job_resumes_exactly_ten_times_out_of_ten(uninterrupted, tmp_path):
+    def trial(i):
+        how = ("exception", "sigkill")[i % 2]
+        got = launch(elastic.train, str(tmp_path / f"trial{i}"), nprocs=2, show=None, max_restarts=1,
+                     fail_at=17, fail_rank=i % 2, how=how, **RUN)
+        assert [g["restart"] for g in got] == [1, 1] and got[0]["resumed_from"] == 10, got[0]["resumed_from"]
+        _same_run(got, uninterrupted)
+        assert SEPARATE_STORE not in os.environ  # the launcher's setting went with the launch
+    run_trials("13. a rank fails, the agent restarts the job, it resumes exactly", trial)
+
+
+def test_a_job_that_fails_every_attempt_reports_its_last_attempt(uninterrupted):
+    def trial(i):
+        with pytest.raises(RankError) as info:
+            launch(smoke.fail_on, 1, nprocs=2, show=None, max_restarts=2, message=f"still broken {i}")
+        assert (info.value.rank, info.value.message) == (1, f"still broken {i}")
+    run_trials("14. a rank fails in every attempt", trial, n=3)
+
+
+def test_the_callers_store_setting_stands_and_the_magic_restarts_too(uninterrupted, monkeypatch, capsys):
+    from helpers.magic import torchrun
+    monkeypatch.setenv(SEPARATE_STORE, "1")
+    cell = ("import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\n"
+            "n = int(os.environ['TORCHELASTIC_RESTART_COUNT'])\n"
+            "if n == 0 and dist.get_rank() == 1:\n    raise SystemExit('fail once')\n"
+            "print('attempt', n, 'rank', dist.get_rank())\ndist.destroy_process_group()\n")
+    torchrun("-n 2 --show all --max-restarts 1", cell)
+    out = capsys.readouterr().out
+    assert "[rank0] attempt 1 rank 0" in out and "[rank1] attempt 1 rank 1" in out, out
+    assert os.environ[SEPARATE_STORE] == "1"
+
+
+def test_the_torchrun_cli_restarts_and_resumes_exactly(uninterrupted, tmp_path):
+    """No TORCH_DISABLE_SHARE_RDZV_TCP_STORE here: helpers.dist keys its store by attempt."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    env = {k: v for k, v in os.environ.items() if k != SEPARATE_STORE}
+    out = subprocess.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "-m", "helpers.run",
+         "elastic.train", "--folder", str(tmp_path), "--fail-at", "17", "--how", "sigkill",
+         *[a for k, v in RUN.items() for a in (f"--{k.replace('_', '-')}", str(v))]],
+        capture_output=True, text=True, timeout=180, env={**env, "GLOO_SOCKET_IFNAME": "lo"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    assert (summary["restart"], summary["resumed_from"], summary["steps"]) == (1, 10, 30), summary
+    saved = checkpoint.read(checkpoint.latest(tmp_path))
+    ref = uninterrupted[0]
+    assert saved["extra"]["losses"] == [r["losses"] for r in uninterrupted]
+    assert all(torch.equal(saved["model"][k], ref["state"][k]) for k in ref["state"])
+    assert not [p for p in psutil.Process().children(recursive=True) if "torchrun" in " ".join(p.cmdline())]
