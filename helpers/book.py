@@ -46,7 +46,9 @@ def glue(**values: Any) -> None:
     """Hand each value to the prose by name (myst-nb's ``glue``, shown nowhere in the cell)."""
     from myst_nb import glue as myst_glue
     for name, value in values.items():
-        myst_glue(name, value, display=False)
+        # A numpy scalar's text is 'np.float64(1.3)', which the prose's format spec cannot read.
+        myst_glue(name, value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value,
+                  display=False)
 
 
 def check(answer: Any, is_right: Callable[[Any], bool], hint: str) -> bool | None:
