@@ -64,7 +64,7 @@ def setup(seed: int = DEFAULT_SEED) -> Context:
         device = torch.device("cpu")
 
     if not dist.is_initialized():
-        timeout = timedelta(seconds=float(os.environ.get(protocol.TIMEOUT, 600)))
+        timeout = protocol.group_timeout()
         dist.init_process_group(backend, store=_fresh_store(rank, world_size, timeout),
                                 rank=rank, world_size=world_size, timeout=timeout,
                                 device_id=device if backend == "nccl" else None)

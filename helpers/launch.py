@@ -272,12 +272,12 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     own_store = max_restarts and SEPARATE_STORE not in os.environ  # the caller's choice stands
-    if own_store:
-        os.environ[SEPARATE_STORE] = "1"  # read by the agent's rendezvous, in this process
     tail = LogTail(run_dir, shown)
     bar = ProgressDisplay(protocol.progress_file(run_dir), on_progress)
     thread = threading.Thread(target=agent, name="elastic-agent", daemon=True)
     try:
+        if own_store:
+            os.environ[SEPARATE_STORE] = "1"  # read by the agent's rendezvous, in this process
         forkserver_context()
         thread.start()
         deadline = time.monotonic() + timeout

@@ -18,6 +18,7 @@ import os
 import random
 import time
 import traceback
+from datetime import timedelta
 from pathlib import Path
 
 DEFAULT_SEED = 0
@@ -38,6 +39,11 @@ def rank_log(run_dir: str | os.PathLike, rank: int) -> Path:
 
 def rank_of_log(path: Path) -> int:
     return int(path.stem.removeprefix("rank"))
+
+
+def group_timeout(default: float = 600.0) -> timedelta:
+    """The process group's timeout: the launch's ``timeout`` under helpers.launch, else ``default``."""
+    return timedelta(seconds=float(os.environ.get(TIMEOUT, default)))
 
 
 def restart_count() -> int:

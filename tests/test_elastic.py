@@ -81,3 +81,14 @@ def test_the_torchrun_cli_restarts_and_resumes_exactly(uninterrupted, tmp_path):
     assert saved["extra"]["losses"] == [r["losses"] for r in uninterrupted]
     assert all(torch.equal(saved["model"][k], ref["state"][k]) for k in ref["state"])
     assert not [p for p in psutil.Process().children(recursive=True) if "torchrun" in " ".join(p.cmdline())]
+
+
+def test_an_elastic_resume_at_another_world_size_carries_the_model_and_the_step_on(uninterrupted, tmp_path):
+    """What a job that lost a node meets: chapter 5.4's checkpoint of 2 ranks, resumed by 1."""
+    launch(elastic.train, str(tmp_path), nprocs=2, show=None, **{**RUN, "steps": 20})
+    saved = checkpoint.read(checkpoint.latest(tmp_path))
+    with pytest.warns(UserWarning, match="saved by 2 ranks and is loaded by 1"):
+        alone = elastic.train(str(tmp_path), **RUN)  # one plain process: a world of one
+    assert (alone["resumed_from"], alone["steps"], alone["first_step"]) == (20, 30, 21), alone
+    assert len(alone["losses"]) == 10  # this rank's own past is not in a 2-rank checkpoint
+    assert not all(torch.equal(alone["state"][k], saved["model"][k]) for k in saved["model"])  # it trained on

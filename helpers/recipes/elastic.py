@@ -1,8 +1,8 @@
 """Chapter 7.1's workloads: a job that loses a rank and carries on, by the elastic agent's restart.
 
     helpers.launch(elastic.train, folder, nprocs=2, max_restarts=1, fail_at=37)
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 --max-restarts 1 \\
-        -m helpers.run elastic.train --folder ckpts --fail-at 37
+    torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m helpers.run elastic.train \\
+        --folder ckpts --fail-at 37
 
 The agent, not this code, restarts the job: every rank is started again, from the
 top, with TORCHELASTIC_RESTART_COUNT one higher. What carries over is what chapter
@@ -38,7 +38,7 @@ def rejoin(fail_rank: int = 1) -> dict:
     script meets under ``torchrun --max-restarts``.
     """
     restart = protocol.restart_count()
-    dist.init_process_group("gloo", timeout=_timeout())
+    dist.init_process_group("gloo", timeout=protocol.group_timeout(60))
     try:
         if restart == 0 and dist.get_rank() == fail_rank:
             raise RuntimeError(f"rank {fail_rank} failed on purpose (attempt {restart})")
@@ -48,8 +48,3 @@ def rejoin(fail_rank: int = 1) -> dict:
                 "store_shared": os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"}
     finally:
         dist.destroy_process_group()
-
-
-def _timeout():
-    from datetime import timedelta
-    return timedelta(seconds=float(os.environ.get(protocol.TIMEOUT, 60)))
