@@ -3,33 +3,21 @@ the agent's shared store (pytorch/pytorch#135712)?
 
 Each trial is ``helpers.launch(elastic.rejoin, nprocs=2, max_restarts=1)``: rank 1 raises once
 the group is up on the first attempt, the agent restarts both ranks, and they must form a plain
-``init_process_group("gloo")`` again. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` is set to each
-value in turn (the launcher leaves a caller's setting alone). Writes bench/results/restarts.md.
+``init_process_group("gloo")`` again (``helpers.restarts.rejoin_trial``).
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` is set to each value in turn. Then the restarts under
+the torchrun CLI: one node whose rank is killed, and two loopback nodes of which one is lost,
+each timed from the first command to the job's end. Writes bench/results/restarts.md.
 
     python bench/restarts.py --trials 5 --timeout 20
 """
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import time
+import tempfile
 
-import helpers
 import report
+from helpers import restarts
 from helpers.launch import SEPARATE_STORE
-from helpers.recipes import elastic
-
-
-def trial(timeout: float) -> tuple[str, float]:
-    start = time.perf_counter()
-    try:
-        ranks = helpers.launch(elastic.rejoin, nprocs=2, max_restarts=1, show=None, timeout=timeout)
-        outcome = f"rejoined (restart {ranks[0]['restart']}, sum {ranks[0]['sum']:g})"
-    except (helpers.RankError, helpers.LaunchTimeout) as e:
-        said = re.sub(r"\[/[^\]]*\] ", "", str(e).splitlines()[0])  # gloo's source path says nothing
-        outcome = f"{type(e).__name__}: {said[:140]}"
-    return outcome, time.perf_counter() - start
 
 
 def main() -> None:
@@ -39,13 +27,30 @@ def main() -> None:
     args = ap.parse_args()
     lines = [f"Machine: {report.machine_line()}", "",
              f"| {SEPARATE_STORE} | trial | outcome | seconds |", "|---|---|---|---|"]
-    for value in ("0", "1"):
-        os.environ[SEPARATE_STORE] = value
+    for shared in (True, False):
         for i in range(args.trials):
-            outcome, seconds = trial(args.timeout)
-            lines.append(f"| {value} | {i} | {outcome.replace('|', '/')} | {seconds:.1f} |")
+            o = restarts.rejoin_trial(shared, args.timeout)
+            lines.append(f"| {'0' if shared else '1'} | {i} | {o.said.replace('|', '/')} | {o.seconds:.1f} |")
+            print(lines[-1], flush=True)
+    lines += ["", "| job (elastic.train, 30 steps, fails after step 17) | trial | finished | world after | "
+              "resumed from | seconds |", "|---|---|---|---|---|---|"]
+    for name, job in (("torchrun --standalone --max-restarts 1, SIGKILL", _cli), ("--nnodes 1:2, node 1 lost", _node)):
+        for i in range(args.trials):
+            with tempfile.TemporaryDirectory() as folder:
+                r = job(folder)
+            s = r.summary
+            lines.append(f"| {name} | {i} | {r.nodes[0].returncode == 0 and s['steps'] == 30} | "
+                         f"{s['world_size']} | {s['resumed_from']} | {r.seconds:.1f} |")
             print(lines[-1], flush=True)
     print(report.write("restarts", lines))
+
+
+def _cli(folder: str) -> restarts.CliRun:
+    return restarts.torchrun_restart(folder, fail_at=17, how="sigkill", steps=30, save_every=10)
+
+
+def _node(folder: str) -> restarts.CliRun:
+    return restarts.lose_a_node(folder, fail_at=17, steps=30, save_every=10)
 
 
 if __name__ == "__main__":

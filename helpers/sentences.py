@@ -165,6 +165,16 @@ def sharding(m: Machine) -> dict[str, str]:
             **_runs(m, "06_2_sharding")}
 
 
+def elastic(m: Machine) -> dict[str, str]:
+    """7.1: its two loopback "nodes" share this machine, so they run gloo even where GPUs are."""
+    if m.n_gpus:
+        nodes = (f"This machine has {m.n_gpus} GPU{'s' if m.n_gpus > 1 else ''}, but the two nodes below "
+                 "share them, so they run gloo on the CPU: NCCL refuses two ranks on one GPU")
+    else:
+        nodes = "The two nodes below run gloo on the CPU, as every job on this machine does"
+    return {"el_nodes_backend": nodes, **_runs(m, "07_1_elastic")}
+
+
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "01_background": background,
@@ -180,6 +190,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "06_1_pipeline_schedules": pipeline_schedules,
     "06_2_sharding": sharding,
     "06_3_tensor_parallel": tensor_parallel,
+    "07_1_elastic": elastic,
 }
 
 

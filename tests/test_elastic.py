@@ -3,17 +3,15 @@
 A restarted job resumes from chapter 5.4's checkpoint and must equal an uninterrupted run, loss
 for loss and weight for weight; every trial goes through faults_kit's leak check.
 """
-import json
 import os
-import subprocess
-import sys
+import shutil
 
 import psutil
 import pytest
 import torch
 from faults_kit import TRIALS, private_tmp, run_trials  # noqa: F401 - private_tmp is a fixture
 
-from helpers import RankError, checkpoint, launch
+from helpers import RankError, analysis, checkpoint, launch, machine, restarts
 from helpers.launch import SEPARATE_STORE
 from helpers.recipes import elastic, smoke
 
@@ -64,23 +62,41 @@ def test_the_callers_store_setting_stands_and_the_magic_restarts_too(uninterrupt
     assert os.environ[SEPARATE_STORE] == "1"
 
 
+def _nothing_left() -> bool:
+    return not [p for p in psutil.Process().children(recursive=True)
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "torch.distributed.run" in " ".join(p.cmdline())]
+
+
 def test_the_torchrun_cli_restarts_and_resumes_exactly(uninterrupted, tmp_path):
     """No TORCH_DISABLE_SHARE_RDZV_TCP_STORE here: helpers.dist keys its store by attempt."""
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    env = {k: v for k, v in os.environ.items() if k != SEPARATE_STORE}
-    out = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "-m", "helpers.run",
-         "elastic.train", "--folder", str(tmp_path), "--fail-at", "17", "--how", "sigkill",
-         *[a for k, v in RUN.items() for a in (f"--{k.replace('_', '-')}", str(v))]],
-        capture_output=True, text=True, timeout=180, env={**env, "GLOO_SOCKET_IFNAME": "lo"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
-    assert (summary["restart"], summary["resumed_from"], summary["steps"]) == (1, 10, 30), summary
-    saved = checkpoint.read(checkpoint.latest(tmp_path))
-    ref = uninterrupted[0]
-    assert saved["extra"]["losses"] == [r["losses"] for r in uninterrupted]
-    assert all(torch.equal(saved["model"][k], ref["state"][k]) for k in ref["state"])
-    assert not [p for p in psutil.Process().children(recursive=True) if "torchrun" in " ".join(p.cmdline())]
+    assert SEPARATE_STORE not in os.environ
+    cli = restarts.torchrun_restart(str(tmp_path), fail_at=17, how="sigkill", **RUN)
+    assert "--max-restarts" in cli.argvs[0] and cli.nodes[0].returncode == 0
+    assert (cli.summary["restart"], cli.summary["resumed_from"], cli.summary["steps"]) == (1, 10, 30), cli.summary
+    assert cli.saved["extra"]["losses"] == [r["losses"] for r in uninterrupted]
+    assert analysis.same_state(cli.saved["model"], uninterrupted[0]["state"])
+    assert _nothing_left()
+
+
+def test_a_job_that_loses_a_node_goes_on_with_the_other(tmp_path):
+    """--nnodes 1:2: node 1's rank kills its agent after step 17; node 0 restarts alone, at world size 1."""
+    node = restarts.lose_a_node(str(tmp_path / "node"), fail_at=17, **RUN)
+    assert [n.returncode for n in node.nodes] == [0, -9], node.nodes[0].stdout[-3000:]
+    s = node.summary
+    assert (s["world_size"], s["restart"], s["resumed_from"], s["steps"]) == (1, 1, 10, 30), s
+    (tmp_path / "alone").mkdir()
+    shutil.copy(tmp_path / "node" / "step_000010.pt", tmp_path / "alone")
+    one = launch(elastic.train, str(tmp_path / "alone"), nprocs=1, backend="gloo", show=None,
+                 threads=machine.this().threads_per_rank(2), **RUN)[0]
+    assert node.saved["world_size"] == 1 and node.saved["extra"]["losses"] == [one["losses"]]
+    assert analysis.same_state(node.saved["model"], one["state"])
+    assert _nothing_left()
+
+
+@pytest.mark.parametrize("how, said", [("node", "not started by one"), ("reboot", "crash_with is one of")])
+def test_a_node_is_lost_only_under_a_torchrun_agent_and_a_crash_is_one_the_recipe_knows(tmp_path, how, said):
+    with pytest.raises(RankError, match=said):
+        launch(elastic.train, str(tmp_path), nprocs=1, show=None, fail_at=1, fail_rank=0, how=how, **RUN)
 
 
 def test_an_elastic_resume_at_another_world_size_carries_the_model_and_the_step_on(uninterrupted, tmp_path):

@@ -57,26 +57,27 @@ def step_time_distribution(times: dict[str, list[float]], title: str = "Time per
     return finish(fig)
 
 
-def resume_curves(straight: list[float], resumed: dict, article: dict, crash_at: int):
-    """Loss per step: the uninterrupted run, the exact resume and the article's resume.
+def resume_curves(straight: list[float], runs: dict[str, dict], crash_at: int, event: str = "SIGKILL",
+                  title: str = "Training loss across a crash"):
+    """Loss per step: the uninterrupted run, thick and grey, under each run that crashed and resumed.
 
-    ``resumed`` and ``article`` are rank 0's results of ``checkpointing.train``
-    (their ``losses`` start at ``first_step``; ``resumed_from`` is the checkpoint's step).
+    ``runs`` maps a label to rank 0's result of ``checkpointing.train`` (its ``losses`` start at
+    ``first_step``; ``resumed_from`` is the checkpoint's step): the first solid, the others dashed.
     """
     fig, ax = plt.subplots(figsize=(7, 3.4))
     steps = np.arange(1, len(straight) + 1)
     ax.plot(steps, straight, color="0.6", lw=4, label="uninterrupted run")
-    for run, style, label in ((resumed, dict(color="tab:blue", lw=1.2), "killed, resumed exactly"),
-                              (article, dict(color="tab:red", lw=1.2, ls="--"),
-                               "killed, resumed the article's way")):
+    styles = [dict(color="tab:blue", lw=1.2), dict(color="tab:red", lw=1.2, ls="--"),
+              dict(color="tab:green", lw=1.2, ls="-.")]
+    for (label, run), style in zip(runs.items(), styles):
         start = run["resumed_from"]
         xs = np.arange(run["first_step"], run["first_step"] + len(run["losses"]))
         keep = xs > start
         ax.plot(xs[keep], np.asarray(run["losses"])[keep], label=f"{label} (from step {start})", **style)
     ax.axvline(crash_at, color="black", lw=0.8, ls=":")
-    ax.annotate("SIGKILL", (crash_at, ax.get_ylim()[1]), xytext=(3, -12), textcoords="offset points",
+    ax.annotate(event, (crash_at, ax.get_ylim()[1]), xytext=(3, -12), textcoords="offset points",
                 fontsize=8)
-    ax.set(xlabel="step", ylabel="loss (rank 0)", title="Training loss across a crash")
+    ax.set(xlabel="step", ylabel="loss (rank 0)", title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return finish(fig)

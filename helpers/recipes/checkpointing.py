@@ -14,6 +14,7 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -31,6 +32,26 @@ from helpers.training import snapshot, train_step
 
 # --- Training that checkpoints, crashes, and resumes -----------------------------------------
 
+CRASHES = ("sigkill", "exception", "node")
+
+
+def crash(how: str, message: str) -> None:
+    """End this rank: "sigkill" like a power cut (no ``finally`` runs, nothing is flushed),
+    "exception" by raising, like a bug, or "node": the whole node goes, the torchrun agent
+    that started this rank and every rank under it, so no agent is left to restart them."""
+    if how == "exception":
+        raise RuntimeError(message)
+    if how == "node":
+        agent = psutil.Process().parent()
+        if not any(w in " ".join(agent.cmdline()) for w in ("torchrun", "torch.distributed.run")):
+            raise RuntimeError("crash_with='node' kills this rank's torchrun agent, and this rank was "
+                               f"not started by one (its parent is {agent.name()!r})")
+        for p in [agent, *agent.children(recursive=True)]:
+            if p.pid != os.getpid():
+                p.kill()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | None = None,
           crash_rank: int | None = None, crash_with: str = "sigkill",
           resume: str | None = None, article_too: bool = False, batch_size: int = 64,
@@ -38,9 +59,7 @@ def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | No
           use_amp: bool = False) -> dict:
     """DDP training of the article's model, with a checkpoint in ``folder`` every ``save_every`` steps.
 
-    crash_at:    every rank (or only ``crash_rank``) fails right after this step: by SIGKILL,
-                 like a power cut (no ``finally`` runs, nothing is flushed), or with
-                 ``crash_with="exception"`` by raising, like a bug.
+    crash_at:    every rank (or only ``crash_rank``) fails right after this step (``crash``).
     resume:      None starts afresh; "exact" loads the newest ``helpers.checkpoint`` file;
                  "elastic" does the same when the world size is the checkpoint's, and at
                  another world size loads the model and optimizer and starts the saved
@@ -65,8 +84,8 @@ def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | No
             folder.mkdir(parents=True, exist_ok=True)
             checkpoint.remove_stray_temp_files(folder)  # left by a save that was killed
 
-        if crash_with not in ("sigkill", "exception"):
-            raise ValueError(f"crash_with is 'sigkill' or 'exception', got {crash_with!r}")
+        if crash_with not in CRASHES:
+            raise ValueError(f"crash_with is one of {', '.join(map(repr, CRASHES))}, got {crash_with!r}")
         step, losses, resumed_from = 0, [], None
         if resume in ("exact", "elastic") and checkpoint.latest(folder):
             path = checkpoint.latest(folder)
@@ -100,9 +119,7 @@ def train(folder: str, steps: int = 60, save_every: int = 10, crash_at: int | No
                         article_save_checkpoint_ddp(model, optimizer, sampler.epoch,
                                                     folder / "article.pt", ctx.rank)
                 if step == crash_at and crash_rank in (None, ctx.rank):
-                    if crash_with == "exception":
-                        raise RuntimeError(f"rank {ctx.rank} failed on purpose after step {step}")
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    crash(crash_with, f"rank {ctx.rank} failed on purpose after step {step}")
                 if step == steps:
                     break
             else:

@@ -22,7 +22,8 @@ from helpers.recipes import checkpointing
 def train(folder: str, fail_at: int | None = None, fail_rank: int = 1, how: str = "exception",
           **kwargs) -> dict:
     """``checkpointing.train`` resumed from the newest checkpoint; on the first attempt only,
-    rank ``fail_rank`` fails after step ``fail_at`` (``how``: "exception" or "sigkill")."""
+    rank ``fail_rank`` fails after step ``fail_at`` (``how``: "exception", "sigkill", or "node"
+    to take its torchrun agent down with it; see ``checkpointing.crash``)."""
     restart = protocol.restart_count()
     result = checkpointing.train(folder, crash_at=fail_at if restart == 0 else None, crash_rank=fail_rank,
                                  crash_with=how, resume="elastic", **kwargs)

@@ -1,0 +1,121 @@
+"""Chapter 7.1's experiments with the elastic agent's restarts, shared by the chapter and bench/.
+
+    outcome = restarts.rejoin_trial(shared_store=True, timeout=10)
+    outcome.rejoined, outcome.seconds, outcome.said
+
+``rejoin_trial`` launches ``recipes.elastic.rejoin``: rank 1 fails once its group is up,
+the agent restarts both ranks, and the new ranks must form a plain gloo group again.
+Whether the agent shares its rendezvous store with them decides whether they can.
+``torchrun_restart`` and ``lose_a_node`` run ``recipes.elastic.train`` under the torchrun
+CLI, as one node or as two nodes on loopback (``helpers.cluster``), one of which is lost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from . import checkpoint, cluster, protocol
+from .launch import SEPARATE_STORE, LaunchTimeout, RankError, launch
+from .machine import this as this_machine
+from .recipes import elastic
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One restarted launch: did the new ranks form a group, how long it took, and what was said."""
+
+    shared_store: bool
+    rejoined: bool
+    seconds: float
+    said: str
+
+
+@contextmanager
+def agent_store(shared: bool):
+    """Run the block with the agent's store shared with the workers (torch's default) or not;
+    the caller's own setting of the variable comes back afterwards."""
+    before = os.environ.get(SEPARATE_STORE)
+    os.environ[SEPARATE_STORE] = "0" if shared else "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[SEPARATE_STORE]
+        else:
+            os.environ[SEPARATE_STORE] = before
+
+
+def first_line(e: BaseException) -> str:
+    """An error's first line, without the gloo source path that says nothing to a reader."""
+    return re.sub(r"\[/[^\]]*\] ", "", str(e).splitlines()[0] if str(e) else type(e).__name__)
+
+
+def rejoin_trial(shared_store: bool, timeout: float = 10.0) -> Outcome:
+    """One launch of ``elastic.rejoin`` with one restart; a failure to rejoin is an outcome, not an error."""
+    start = time.perf_counter()
+    with agent_store(shared_store):
+        try:
+            ranks = launch(elastic.rejoin, nprocs=2, max_restarts=1, show=None, timeout=timeout)
+            said = f"restart {ranks[0]['restart']}: all_reduce gave {ranks[0]['sum']:g}"
+            rejoined = all(r["restart"] == 1 and r["sum"] == 2 for r in ranks)
+        except (RankError, LaunchTimeout) as e:
+            said, rejoined = f"{type(e).__name__}: {first_line(e)}", False
+    return Outcome(shared_store, rejoined, time.perf_counter() - start, said)
+
+
+# --- The same restarts under the torchrun CLI, one node or two -----------------------------------
+
+def _env(ranks: int) -> dict[str, str]:
+    """Each of the machine's ``ranks`` its share of the cores (an agent counts only its own ranks)."""
+    return {**cluster.interface_env("lo"), protocol.THREADS: str(this_machine().threads_per_rank(ranks))}
+
+
+def _summary(run: cluster.NodeRun) -> dict:
+    """Rank 0's result as ``helpers.run`` printed it: the last JSON object in its node's output."""
+    return json.loads(run.stdout[run.stdout.rindex("\n{") + 1:run.stdout.rindex("}") + 1])
+
+
+@dataclass
+class CliRun:
+    """A torchrun job of ``elastic.train``: each node's command and process, rank 0's summary,
+    and the newest checkpoint the job left in its folder."""
+
+    argvs: list[list[str]]
+    nodes: list[cluster.NodeRun]
+    summary: dict
+    seconds: float
+    saved: dict
+
+
+def _run(argvs: list[list[str]], env: dict[str, str], folder: str, timeout: float) -> CliRun:
+    start = time.perf_counter()
+    nodes = cluster.run_nodes(argvs, env=env, timeout=timeout)
+    seconds = time.perf_counter() - start
+    if nodes[0].returncode != 0:
+        raise RuntimeError(f"node 0 ended with {nodes[0].returncode}:\n{nodes[0].stdout[-3000:]}")
+    return CliRun(argvs, nodes, _summary(nodes[0]), seconds, checkpoint.read(checkpoint.latest(folder)))
+
+
+def torchrun_restart(folder: str, timeout: float = 120, **train) -> CliRun:
+    """``torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m helpers.run elastic.train``."""
+    argv = cluster.standalone_argv("elastic.train", nproc=2, max_restarts=1, torchrun=cluster.TORCHRUN,
+                                   args={"folder": folder, **train})
+    return _run([argv], _env(2), folder, timeout)
+
+
+def lose_a_node(folder: str, timeout: float = 120, last_call: int = 2, **train) -> CliRun:
+    """Two nodes of one rank each, ``--nnodes 1:2 --max-restarts 1``; node 1 is lost mid-run.
+
+    ``elastic.train(how="node")`` kills node 1's agent with its rank. Node 0's rank fails in its
+    next collective, its agent restarts it, and the new round closes with the one node left,
+    ``last_call`` seconds after it joined: the job carries on with half the world.
+    """
+    argvs = cluster.loopback_argvs("elastic.train", nnodes=2, min_nodes=1, max_restarts=1,
+                                   rdzv_conf={"last_call_timeout": last_call},
+                                   args={"folder": folder, "how": "node", "fail_rank": 1, **train})
+    # Both "nodes" share this machine's GPUs, and NCCL refuses two ranks on one GPU: gloo.
+    return _run(argvs, {**_env(2), protocol.BACKEND: "gloo"}, folder, timeout)
