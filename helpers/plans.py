@@ -26,6 +26,7 @@ CHAPTER_JOBS = {
     "06_1_pipeline_schedules": (2, 4),
     "06_2_sharding": (1, 2),
     "06_3_tensor_parallel": (2, 4),
+    "07_2_hangs": (2,),
 }
 
 # The machines the book is planned for: a unit test takes every chapter's plan through each.

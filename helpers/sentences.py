@@ -165,6 +165,18 @@ def sharding(m: Machine) -> dict[str, str]:
             **_runs(m, "06_2_sharding")}
 
 
+def hangs(m: Machine) -> dict[str, str]:
+    """7.2 runs over gloo everywhere (monitored_barrier is gloo's); the flight recorder's dump on a
+    timeout comes from the NCCL watchdog, which only a GPU job has."""
+    if m.n_gpus:
+        recorder = (f"This machine has {m.describe()}, but this chapter's hangs ran over gloo, so no "
+                    "watchdog dumped a recorder here: a job over NCCL with the variables above does")
+    else:
+        recorder = f"This machine has {m.describe()}, so that dump is not shown here"
+    return {"hg_runs_where": f"On this machine ({m.describe()}), this chapter's jobs ran as "
+                             f"{plans.job(m, 2, 'gloo').describe()}.", "hg_recorder_here": recorder}
+
+
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "01_background": background,
@@ -180,6 +192,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "06_1_pipeline_schedules": pipeline_schedules,
     "06_2_sharding": sharding,
     "06_3_tensor_parallel": tensor_parallel,
+    "07_2_hangs": hangs,
 }
 
 
