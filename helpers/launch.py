@@ -49,7 +49,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import elastic_launch
 
-from . import compat, plans, protocol
+from . import compat, plans, protocol, stacks as stacks_
 from .displays import ProgressDisplay
 from .worker import RankSpec, rank_entry
 from .live import LogTail
@@ -90,7 +90,14 @@ class RankError(RuntimeError):
 
 
 class LaunchTimeout(TimeoutError):
-    """The job ran past its ``timeout``; its ranks were killed."""
+    """The job ran past its ``timeout``; its ranks were killed, after each dumped its stacks:
+    ``stacks`` (rank -> faulthandler's text) and ``where`` (rank -> ``helpers.stacks.Where``)."""
+
+    def __init__(self, timeout: float, last_lines: str, stacks: dict[int, str]):
+        self.stacks, self.where = stacks, {r: stacks_.where(d) for r, d in stacks.items()}
+        super().__init__(f"launch timed out after {timeout:g} s and its ranks were killed. A rank stuck in a "
+                         f"collective waits for peers that never come. {last_lines} Where each rank was: "
+                         f"{stacks_.summary(stacks) or 'no stacks'}. Pass a larger timeout= if the job is only slow.")
 
 
 def _check_importable(fn: Callable) -> None:
@@ -199,7 +206,8 @@ def _root_cause(run_dir: Path, failure: BaseException, restart: int = 0) -> Exce
     if isinstance(failure, ChildFailedError) and failure.failures:
         rank, f = min(failure.failures.items(), key=lambda kv: kv[1].timestamp)
         if rank not in {e["rank"] for e in errors}:
-            died = RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}", "")
+            said = protocol.abort_message(run_dir, rank)  # gloo's checks abort in C++, saying why
+            died = RankError(rank, "ProcessDied", f"the process ended with {_signal_name(f.exitcode)}{said}", "")
     if own or (errors and not died):
         e = (own or errors)[0]
         return RankError(e["rank"], e["type"], e["message"], e["traceback"])
@@ -286,13 +294,11 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
             tail.poll()
             bar.poll()
             if time.monotonic() > deadline:
+                dumps = stacks_.take(run_dir, worker_processes())  # before the kill: where each waits
                 _kill_workers()
                 thread.join(10)
                 tail.poll(most=None)
-                raise LaunchTimeout(
-                    f"launch timed out after {timeout:g} s and its ranks were killed. A rank stuck "
-                    f"in a collective waits for peers that never come. {tail.last_lines()} "
-                    f"Pass a larger timeout= if the job is only slow.")
+                raise LaunchTimeout(timeout, tail.last_lines(), dumps)
         tail.poll(most=None)
         bar.poll()
         if "error" in outcome:

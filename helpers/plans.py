@@ -27,7 +27,11 @@ CHAPTER_JOBS = {
     "06_2_sharding": (1, 2),
     "06_3_tensor_parallel": (2, 4),
     "07_1_elastic": (1, 2),
+    "07_2_hangs": (2,),
 }
+# The launches that pass backend="gloo" whatever the machine: monitored_barrier is gloo's (7.2),
+# and 7.1's one-rank reference must match its two loopback nodes, which share the GPUs.
+GLOO_JOBS = {"07_1_elastic": (1,), "07_2_hangs": (2,)}
 
 # The machines the book is planned for: a unit test takes every chapter's plan through each.
 GIB = 2**30
@@ -141,9 +145,14 @@ def most_ranks_why(m: Machine) -> str:
     return why
 
 
+def chapter_job(m: Machine, chapter: str, nprocs: int) -> Job:
+    """Where a chapter's fixed launch of ``nprocs`` ranks runs here."""
+    return job(m, nprocs, "gloo" if nprocs in GLOO_JOBS.get(chapter, ()) else None)
+
+
 def chapter_jobs(m: Machine, chapter: str) -> str:
     """One sentence for a chapter's prose: where each of its launches ran on this machine."""
-    runs = "; ".join(job(m, n).describe() for n in CHAPTER_JOBS[chapter])
+    runs = "; ".join(chapter_job(m, chapter, n).describe() for n in CHAPTER_JOBS[chapter])
     return f"On this machine ({m.describe()}), this chapter's jobs ran as {runs}."
 
 

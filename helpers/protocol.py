@@ -7,7 +7,8 @@ file there; the launching thread reads them while the job runs:
 * ``rank{r}.log``: the rank's stdout and stderr;
 * ``error{r}.json``: the rank's first exception (``write_error`` / ``read_errors``); after
   the elastic agent restarts the job, ``error{r}-restart{n}.json`` for its n-th restart;
-* ``progress.jsonl``: rank 0's progress records, one JSON object a line (``append_progress``).
+* ``progress.jsonl``: rank 0's progress records, one JSON object a line (``append_progress``);
+* ``stack{r}.txt``: the rank's Python stacks, written when the launcher sends it ``STACK_SIGNAL``.
 
 Under the torchrun CLI none of the variables is set, and a rank prints instead.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import time
 import traceback
 from datetime import timedelta
@@ -39,6 +41,22 @@ def rank_log(run_dir: str | os.PathLike, rank: int) -> Path:
 
 def rank_of_log(path: Path) -> int:
     return int(path.stem.removeprefix("rank"))
+
+
+STACK_SIGNAL = signal.SIGUSR1  # a rank's faulthandler writes every thread's stack on it
+
+
+def stack_file(run_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(run_dir) / f"stack{rank}.txt"
+
+
+def abort_message(run_dir: str | os.PathLike, rank: int) -> str:
+    """What C++ said as it aborted the rank (``terminate called ... what(): ...``) after ': ', or ''."""
+    try:
+        lines = rank_log(run_dir, rank).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((": " + ln.split("what():", 1)[1].strip() for ln in reversed(lines) if "what():" in ln), "")
 
 
 def group_timeout(default: float = 600.0) -> timedelta:

@@ -175,6 +175,17 @@ def elastic(m: Machine) -> dict[str, str]:
     return {"el_nodes_backend": nodes, **_runs(m, "07_1_elastic")}
 
 
+def hangs(m: Machine) -> dict[str, str]:
+    """7.2 runs over gloo everywhere (monitored_barrier is gloo's); the flight recorder's dump on a
+    timeout comes from the NCCL watchdog, which only a GPU job has."""
+    if m.n_gpus:
+        recorder = (f"This machine has {m.describe()}, but this chapter's hangs ran over gloo, so no "
+                    "watchdog dumped a recorder here: a job over NCCL with the variables above does")
+    else:
+        recorder = f"This machine has {m.describe()}, so that dump is not shown here"
+    return {"hg_recorder_here": recorder, **_runs(m, "07_2_hangs")}
+
+
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "01_background": background,
@@ -191,6 +202,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "06_2_sharding": sharding,
     "06_3_tensor_parallel": tensor_parallel,
     "07_1_elastic": elastic,
+    "07_2_hangs": hangs,
 }
 
 
@@ -200,7 +212,8 @@ def for_chapter(chapter: str, m: Machine) -> dict[str, str]:
 
 def landing(m: Machine) -> dict[str, str]:
     """The landing page: the machine that built the site, and each chapter's launches on it (Markdown)."""
-    rows = [f"| {{doc}}`/notebooks/{chapter}` | {'; '.join(plans.job(m, n).describe() for n in ns)} |"
-            for chapter, ns in plans.CHAPTER_JOBS.items()]
+    runs = {chapter: "; ".join(plans.chapter_job(m, chapter, n).describe() for n in ns)
+            for chapter, ns in plans.CHAPTER_JOBS.items()}
+    rows = [f"| {{doc}}`/notebooks/{chapter}` | {where} |" for chapter, where in runs.items()]
     table = "\n".join(["| chapter | its fixed launches, as they ran here |", "|---|---|", *rows])
     return {"built_on": m.describe(), "launches_table": table}

@@ -7,6 +7,7 @@ the rank if the launching process dies first.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
 import sys
@@ -57,6 +58,9 @@ def rank_entry(spec: RankSpec) -> Any:
     sys.stdout.reconfigure(line_buffering=True)
     sys.stderr.reconfigure(line_buffering=True)
     os.environ.update(spec.env)
+    # On the launcher's signal, every thread's stack goes to a file of its own (a timeout reads it).
+    faulthandler.register(protocol.STACK_SIGNAL, open(protocol.stack_file(spec.run_dir, rank), "w"),
+                          all_threads=True)
     os.environ.update(protocol.rank_env(spec.run_dir, rank))
     # For code that never calls helpers.dist.setup() (a %%torchrun cell, say): same split, same seed.
     protocol.prepare_process(int(os.environ["LOCAL_WORLD_SIZE"]))

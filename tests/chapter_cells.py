@@ -58,6 +58,21 @@ def launches(path: Path) -> tuple[set[int], list[str]]:
     return fixed, planned
 
 
+def gloo_launches(path: Path) -> set[int]:
+    """The rank counts of the launches that pass ``backend="gloo"`` with a constant ``nprocs``."""
+    found = set()
+    for src in cells(path, "code"):
+        if src.startswith("%%"):
+            continue
+        for node in ast.walk(_python(src)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("helpers.launch", "launch"):
+                kw = {k.arg: k.value for k in node.keywords}
+                if ast.unparse(kw.get("backend", ast.Constant(None))) == "'gloo'" and \
+                        isinstance(kw.get("nprocs"), ast.Constant):
+                    found.add(kw["nprocs"].value)
+    return found
+
+
 def glue_calls(path: Path) -> list[tuple[ast.Call, bool]]:
     """Every ``book.glue(...)`` call, and whether it is a top-level statement of its cell."""
     found = []

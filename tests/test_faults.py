@@ -55,9 +55,10 @@ def test_a_rank_killed_by_sigkill_is_named_with_the_signal():
 def test_a_rank_hung_in_a_collective_times_out():
     def trial(i):
         start = time.monotonic()
-        with pytest.raises(LaunchTimeout, match="timed out after 2 s"):
+        with pytest.raises(LaunchTimeout, match="timed out after 2 s") as info:
             launch(smoke.hang_in_collective, nprocs=2, timeout=2, show=None)
         assert time.monotonic() - start < 2 + 5
+        assert set(info.value.stacks) == {0, 1}, str(info.value)  # each rank's, taken before the kill
     run_trials("3. a rank hangs in a collective (timeout 2 s)", trial)
 
 

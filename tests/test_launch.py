@@ -50,6 +50,10 @@ def test_hang_in_collective_times_out_clearly():
     assert time.monotonic() - start < 10 + 15
     assert "timed out after 10 s" in str(info.value)
     assert "sleeping instead" in str(info.value)  # where rank 1 got to
+    # each rank's stack, taken before the kill: rank 0 waits in the barrier rank 1 never joins
+    assert str(info.value.where[0]).startswith("in barrier, called from smoke.py line"), str(info.value)
+    assert str(info.value.where[1]).startswith("in no collective, at smoke.py line"), str(info.value)
+    assert "Where each rank was: rank 0: in barrier" in str(info.value)
 
 
 def test_next_launch_works_after_failure_and_timeout():

@@ -64,6 +64,7 @@ def test_the_job_table_is_what_each_chapter_launches(chapter):
     fixed, planned = chapter_cells.launches(CHAPTERS[chapter])
     assert fixed == set(plans.CHAPTER_JOBS.get(chapter, ())), (chapter, fixed)
     assert not planned or chapter in PLANNED, f"{chapter} launches nprocs={planned}: plan it in helpers.plans"
+    assert chapter_cells.gloo_launches(CHAPTERS[chapter]) == set(plans.GLOO_JOBS.get(chapter, ())), chapter
 
 
 @pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])

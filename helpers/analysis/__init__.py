@@ -31,3 +31,4 @@ from .sharding import (  # noqa: F401
     STAGE_OF, STATE_KINDS, memory_table, worst_relative_error, memory_layouts, traffic, traffic_table, collective_factors,
     ring_fit, weight_differences, reshard_rows, predicted_comm_seconds, time_rows,
 )
+from .hangs import said, names_cause  # noqa: F401
