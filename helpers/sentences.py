@@ -217,3 +217,16 @@ def landing(m: Machine) -> dict[str, str]:
     rows = [f"| {{doc}}`/notebooks/{chapter}` | {where} |" for chapter, where in runs.items()]
     table = "\n".join(["| chapter | its fixed launches, as they ran here |", "|---|---|", *rows])
     return {"built_on": m.describe(), "launches_table": table}
+
+
+def cluster(hostname: str, interfaces: dict[str, list[str]], netns_why_not: str) -> dict[str, str]:
+    """7.3: this machine's interfaces, and whether it can make network namespaces (and why not)."""
+    others = [f"{n} ({', '.join(a) or 'no IPv4 address'})" for n, a in interfaces.items() if n != "lo"]
+    where = (f"Besides loopback, this machine ({hostname}) has {', '.join(others)}: on a cluster the "
+             "interface that reaches the other nodes is the one to name" if others else
+             f"This machine ({hostname}) has loopback alone, so here both nodes can only meet on 127.0.0.1")
+    ns = ("This machine can make network namespaces (it runs as root and a veth pair was made and "
+          "removed), so the two nodes could be given addresses of their own: tests/test_cluster.py does it"
+          if not netns_why_not else
+          f"This machine cannot make network namespaces ({netns_why_not}), so both nodes stay on loopback")
+    return {"cl_interfaces": where, "cl_namespaces": ns}

@@ -1,0 +1,95 @@
+"""From one machine to a cluster (chapter 7.3): the torchrun commands, the SLURM script, and a real
+two-node job on loopback that leaves nothing running."""
+import json
+import shlex
+import subprocess
+
+import psutil
+import pytest
+
+from helpers import cluster, netns
+from helpers.recipes import multinode
+
+
+def test_node_argv_differs_only_in_who_hosts_the_store():
+    a, b = (cluster.torchrun_argv("multinode.whoami", nnodes=2, nproc=8, endpoint="h:29500", node=i,
+                                  local_addr="10.0.0.1", args={"numel": 4}) for i in (0, 1))
+    assert a[:11] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", "h:29500", "--rdzv-id", "job"]
+    assert [x for x, y in zip(a, b) if x != y] == ["is_host=1"]
+    assert a[-5:] == ["-m", "helpers.run", "multinode.whoami", "--numel", "4"]
+    cl = cluster.torchrun_argv("m.f", nnodes=4, nproc=8, endpoint="h:1")
+    assert "--rdzv-conf" not in cl and "--local-addr" not in cl
+
+
+def test_loopback_argvs_share_one_free_port():
+    argvs = cluster.loopback_argvs("multinode.whoami", port=12345)
+    ends = {a[a.index("--rdzv-endpoint") + 1] for a in argvs}
+    assert ends == {"127.0.0.1:12345"} and [a[a.index("--rdzv-conf") + 1] for a in argvs] == ["is_host=1", "is_host=0"]
+    assert 1024 <= cluster.free_port() <= 65535
+
+
+def test_slurm_script_runs_the_built_argv():
+    script = cluster.slurm_script("multinode.whoami", nodes=4, nproc=8, interface="eth0", args={"hold": 0})
+    assert "#SBATCH --nodes=4" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
+    assert "export GLOO_SOCKET_IFNAME=eth0" in script and "export NCCL_SOCKET_IFNAME=eth0" in script
+    argv = cluster.slurm_argv("multinode.whoami", nodes=4, nproc=8, args={"hold": 0})
+    assert cluster.script_argv(script) == argv
+    assert '"$head:29500"' in script and "$head:29500" in argv
+
+
+def _children_left() -> list:
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_two_nodes_on_loopback_and_nothing_left(tmp_path):
+    argvs = cluster.loopback_argvs("multinode.whoami", args={"out_dir": str(tmp_path), "hold": 0.5,
+                                                             "repeats": 2})
+    runs = cluster.run_nodes(argvs, env={**cluster.interface_env("lo"), "HELPERS_TIMEOUT": "30"}, timeout=50)
+    assert [r.returncode for r in runs] == [0, 0], [r.stdout[-2000:] for r in runs]
+    recs = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    assert [(r["rank"], r["group_rank"], r["local_rank"]) for r in recs] == [("0", "0", "0"), ("1", "1", "0")]
+    assert all(r["sum"] == 3.0 and r["world_size"] == "2" for r in recs)
+    listen = cluster.listening(runs)
+    port = int(argvs[0][argvs[0].index("--rdzv-endpoint") + 1].split(":")[1])
+    assert any(n == 0 and role == "agent" and p == port for n, role, _, p in listen), listen
+    assert {ip for _, role, ip, _ in listen if role == "rank"} == {"127.0.0.1"}  # GLOO_SOCKET_IFNAME=lo
+    assert not _children_left()
+
+
+def test_a_node_past_its_timeout_is_killed_with_its_ranks():
+    # one node of two: its rendezvous waits for a peer that never comes, until run_nodes kills it
+    argv = cluster.loopback_argvs("multinode.whoami")[0]
+    runs = cluster.run_nodes([argv], timeout=3)
+    assert runs[0].returncode == -9
+    assert not _children_left()
+    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+               for _, pid in runs[0].pids)
+
+
+def test_recipe_runs_as_one_plain_process():
+    r = multinode.whoami(repeats=1, numel=8)
+    assert r["sum"] == 1.0 and r["all_reduce_s"] >= 0
+
+
+@pytest.mark.skipif(bool(netns.why_not()), reason="needs root and ip netns")
+def test_two_nodes_in_two_network_namespaces(tmp_path):
+    """The same job, each node in its own network namespace with a 10.x address, over a veth pair."""
+    with netns.namespace_pair() as nodes:
+        head = nodes[0][1]
+        argvs = [["ip", "netns", "exec", ns, *cluster.torchrun_argv(
+                     "multinode.whoami", nnodes=2, nproc=1, endpoint=f"{head}:{cluster.RDZV_PORT}",
+                     rdzv_id="netns", node=i, local_addr=addr, torchrun=cluster.TORCHRUN,
+                     args={"out_dir": str(tmp_path), "repeats": 2, "hold": 0.5})]
+                 for i, (ns, addr) in enumerate(nodes)]
+        runs = cluster.run_nodes(argvs, env={**cluster.interface_env("cl0"), "HELPERS_TIMEOUT": "30"},
+                                 timeout=50)
+    assert [r.returncode for r in runs] == [0, 0], [r.stdout[-2000:] for r in runs]
+    recs = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
+    assert [r["sum"] for r in recs] == [3.0, 3.0] and {r["master_addr"] for r in recs} == {head}
+    # (psutil reads the sockets of this process's namespace, so here the sockets go unseen)
+    assert not _children_left()
+    assert not [ns for ns, _ in nodes if ns in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                               text=True).stdout]
