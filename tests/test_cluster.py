@@ -1,13 +1,11 @@
 """From one machine to a cluster (chapter 7.3): the torchrun commands, the SLURM script, and a real
 two-node job on loopback that leaves nothing running."""
 import json
-import shlex
-import subprocess
 
 import psutil
 import pytest
 
-from helpers import cluster, netns
+from helpers import cluster, netns, protocol
 from helpers.recipes import multinode
 
 
@@ -76,20 +74,27 @@ def test_recipe_runs_as_one_plain_process():
 
 @pytest.mark.skipif(bool(netns.why_not()), reason="needs root and ip netns")
 def test_two_nodes_in_two_network_namespaces(tmp_path):
-    """The same job, each node in its own network namespace with a 10.x address, over a veth pair."""
-    with netns.namespace_pair() as nodes:
-        head = nodes[0][1]
-        argvs = [["ip", "netns", "exec", ns, *cluster.torchrun_argv(
-                     "multinode.whoami", nnodes=2, nproc=1, endpoint=f"{head}:{cluster.RDZV_PORT}",
-                     rdzv_id="netns", node=i, local_addr=addr, torchrun=cluster.TORCHRUN,
-                     args={"out_dir": str(tmp_path), "repeats": 2, "hold": 0.5})]
-                 for i, (ns, addr) in enumerate(nodes)]
-        runs = cluster.run_nodes(argvs, env={**cluster.interface_env("cl0"), "HELPERS_TIMEOUT": "30"},
-                                 timeout=50)
-    assert [r.returncode for r in runs] == [0, 0], [r.stdout[-2000:] for r in runs]
+    """The same job, each node in its own network namespace with a 10.x address, over a veth pair:
+    every rank socket is on the pair's addresses, and the all_reduce's bytes crossed the link."""
+    numel = 1 << 14
+    job = netns.two_hosts("multinode.whoami", timeout=50, env={"HELPERS_TIMEOUT": "30", protocol.BACKEND: "gloo"},
+                          args={"out_dir": str(tmp_path), "repeats": 2, "hold": 0.5, "numel": numel})
+    assert [r.returncode for r in job.runs] == [0, 0], [r.stdout[-2000:] for r in job.runs]
+    head, addresses = job.nodes[0][1], {addr for _, addr in job.nodes}
     recs = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
     assert [r["sum"] for r in recs] == [3.0, 3.0] and {r["master_addr"] for r in recs} == {head}
-    # (psutil reads the sockets of this process's namespace, so here the sockets go unseen)
+    talked = {(ip, rip) for r in job.runs for role, _, status, ip, _, rip, _ in r.sockets
+              if role == "rank" and status == "ESTABLISHED"}
+    assert talked and {a.removeprefix("::ffff:") for pair in talked for a in pair} <= addresses, talked
+    assert all(link["rx"] >= 4 * numel and link["tx"] >= 4 * numel for link in job.link), job.link
     assert not _children_left()
-    assert not [ns for ns, _ in nodes if ns in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                               text=True).stdout]
+    assert not set(netns.namespaces()) & {ns for ns, _ in job.nodes}
+
+
+def test_the_chapters_sentences_follow_the_machines_facts():
+    from helpers import sentences
+    s = sentences.cluster("box", {"lo": ["127.0.0.1"], "eth0": ["10.1.2.3"]}, "not root")
+    assert "box" in s["cl_interfaces"] and "eth0 (10.1.2.3)" in s["cl_interfaces"]
+    assert "cannot" in s["cl_namespaces"] and "not root" in s["cl_namespaces"]
+    alone = sentences.cluster("b", {"lo": ["127.0.0.1"]}, "")
+    assert "loopback alone" in alone["cl_interfaces"] and "can make" in alone["cl_namespaces"]
