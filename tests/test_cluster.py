@@ -37,12 +37,27 @@ def test_slurm_script_runs_the_built_argv():
     assert '"$head:29500"' in script and "$head:29500" in argv
 
 
-def _children_left() -> list:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
+def _children() -> set[int]:
+    """This process's live descendants. A launch earlier in the session leaves its forkserver,
+    so a test compares with what was there before it started."""
+    alive = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
-def test_two_nodes_on_loopback_and_nothing_left(tmp_path):
+@pytest.fixture
+def nothing_left():
+    before = _children()
+    yield
+    assert not _children() - before, "a node's processes were left running"
+
+
+def test_two_nodes_on_loopback_and_nothing_left(tmp_path, nothing_left):
     argvs = cluster.loopback_argvs("multinode.whoami", args={"out_dir": str(tmp_path), "hold": 0.5,
                                                              "repeats": 2})
     runs = cluster.run_nodes(argvs, env={**cluster.interface_env("lo"), "HELPERS_TIMEOUT": "30"}, timeout=50)
@@ -54,15 +69,13 @@ def test_two_nodes_on_loopback_and_nothing_left(tmp_path):
     port = int(argvs[0][argvs[0].index("--rdzv-endpoint") + 1].split(":")[1])
     assert any(n == 0 and role == "agent" and p == port for n, role, _, p in listen), listen
     assert {ip for _, role, ip, _ in listen if role == "rank"} == {"127.0.0.1"}  # GLOO_SOCKET_IFNAME=lo
-    assert not _children_left()
 
 
-def test_a_node_past_its_timeout_is_killed_with_its_ranks():
+def test_a_node_past_its_timeout_is_killed_with_its_ranks(nothing_left):
     # one node of two: its rendezvous waits for a peer that never comes, until run_nodes kills it
     argv = cluster.loopback_argvs("multinode.whoami")[0]
     runs = cluster.run_nodes([argv], timeout=3)
     assert runs[0].returncode == -9
-    assert not _children_left()
     assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
                for _, pid in runs[0].pids)
 
@@ -73,7 +86,7 @@ def test_recipe_runs_as_one_plain_process():
 
 
 @pytest.mark.skipif(bool(netns.why_not()), reason="needs root and ip netns")
-def test_two_nodes_in_two_network_namespaces(tmp_path):
+def test_two_nodes_in_two_network_namespaces(tmp_path, nothing_left):
     """The same job, each node in its own network namespace with a 10.x address, over a veth pair:
     every rank socket is on the pair's addresses, and the all_reduce's bytes crossed the link."""
     numel = 1 << 14
@@ -87,7 +100,6 @@ def test_two_nodes_in_two_network_namespaces(tmp_path):
               if role == "rank" and status == "ESTABLISHED"}
     assert talked and {a.removeprefix("::ffff:") for pair in talked for a in pair} <= addresses, talked
     assert all(link["rx"] >= 4 * numel and link["tx"] >= 4 * numel for link in job.link), job.link
-    assert not _children_left()
     assert not set(netns.namespaces()) & {ns for ns, _ in job.nodes}
 
 
