@@ -126,7 +126,7 @@ def prediction_section(args) -> list[str]:
     wall = time.perf_counter() - start
     cal = calibrate(job[0]["sweep"], job, regimes.CALIBRATION)
     rows, fit, k = held_out(job, cal, regimes.HELD_OUT), cal.allreduce.fit, cal.link
-    e, a = errors(rows), errors(rows, "article_error")
+    e, a, noise = errors(rows), errors(rows, "article_error"), errors(rows, "scatter")
     lines = ["", "### 4. The predictor (chapter 4.3) on held-out jobs", "",
              f"`regimes.predictor_job`, {args.rounds} rounds, job wall time {wall:.0f} s. Fitted on "
              f"{regimes.CALIBRATION} (timed hook): L = {fit.latency * 1e6:.0f} us, B = {fit.bandwidth / 1e9:.2f} "
@@ -138,7 +138,8 @@ def prediction_section(args) -> list[str]:
         lines.append(f"| {r['model']} | {r['G']} | **{r['measured']:.2f}** | {r['spread'][0]:.2f}-{r['spread'][1]:.2f} "
                      f"| {r['predicted']:.2f} | {r['error']:.1%} | {r['article']:.2f} | {r['article_error']:.1%} |")
     lines += ["", f"Predictor: median error {e['median']:.1%}, worst {e['worst']:.1%} over {e['n']} pairs; "
-              f"the article's T = T_1/2 + M/B + L: median {a['median']:.1%}, worst {a['worst']:.1%}.", "",
+              f"the article's T = T_1/2 + M/B + L: median {a['median']:.1%}, worst {a['worst']:.1%}. The rounds' "
+              f"own scatter (half their range): median {noise['median']:.1%}, widest {noise['worst']:.1%}.", "",
               "Crossover, the G at which S(2) first reaches 1.5 (predicted / measured, steps of the grid apart): "
               + "; ".join(f"{m} {c['predicted']} / {c['measured']} ({c['steps_apart']})"
                           for m, c in crossovers(rows).items()) + "."]

@@ -148,6 +148,7 @@ def test_held_out_scores_the_predictor_and_the_article_on_unseen_pairs():
     assert analysis.errors(rows)["worst"] < 1e-6  # the model is the machine: no error
     assert analysis.errors(rows, "article_error")["median"] > 0.05  # the article leaves four terms out
     assert all(r["spread"][0] <= r["measured"] <= r["spread"][1] for r in rows)
+    assert all(r["scatter"] == pytest.approx((r["spread"][1] - r["spread"][0]) / 2 / r["measured"]) for r in rows)
     crossing = analysis.crossovers(rows, target=0.0)  # every S >= 0: the smallest G of each grid
     assert crossing == {m: {"predicted": Gs[0], "measured": Gs[0], "steps_apart": 0} for m, Gs in HELD.items()}
     never = analysis.crossovers(rows, target=10.0)["big"]  # S never reaches 10: one step past the grid

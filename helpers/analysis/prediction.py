@@ -99,7 +99,8 @@ def calibrate(sweep: dict, ranks: list[dict], calibration: dict[str, list[int]])
 def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -> list[dict]:
     """Per held-out (model, G) of plain DDP: measured S(2) (the median of per-round ratios) and T_2,
     against the predictor's and against the article's T = T_1(G) / 2 + M/B + L (with the measured
-    T_1(G), the benefit of the doubt). Errors are relative to the measurement."""
+    T_1(G), the benefit of the doubt). Errors are relative to the measurement; so is ``scatter``, half
+    the rounds' range: how far the measurement itself moved, round to round."""
     job, fit, out = ranks[0], cal.allreduce.fit, []
     for model, Gs in pairs.items():
         name, w = model + OVERLAP, cal.workloads[model]
@@ -113,6 +114,7 @@ def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -
             article = theory.article_step(t1, w.grad_bytes, 2, fit.latency, fit.bandwidth)
             s_pred, s_article = cal.speedup(model, G), t1 / article
             out.append({"model": model, "G": G, "measured": s["median"], "spread": (s["min"], s["max"]),
+                        "scatter": (s["max"] - s["min"]) / 2 / s["median"],
                         "predicted": s_pred, "article": s_article, "t1": t1, "t2": t2, "t2_predicted": pred.step,
                         "error": abs(s_pred - s["median"]) / s["median"],
                         "article_error": abs(s_article - s["median"]) / s["median"],
@@ -121,7 +123,7 @@ def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -
 
 
 def errors(rows: list[dict], key: str = "error") -> dict[str, float]:
-    """Median and worst of one error column over the held-out rows."""
+    """Median and worst of one error column (or ``scatter``) over the held-out rows."""
     e = [r[key] for r in rows]
     return {"median": float(median(e)), "worst": float(max(e)), "n": len(e)}
 
