@@ -148,7 +148,7 @@ def test_held_out_scores_the_predictor_and_the_article_on_unseen_pairs():
     assert analysis.errors(rows)["worst"] < 1e-6  # the model is the machine: no error
     assert analysis.errors(rows, "article_error")["median"] > 0.05  # the article leaves four terms out
     assert all(r["spread"][0] <= r["measured"] <= r["spread"][1] for r in rows)
-    assert all(r["scatter"] == pytest.approx((r["spread"][1] - r["spread"][0]) / 2 / r["measured"]) for r in rows)
+    assert all(r["scatter"] == pytest.approx(0, abs=1e-12) for r in rows)  # the drift is the same at p = 1 and 2: every round agrees
     crossing = analysis.crossovers(rows, target=0.0)  # every S >= 0: the smallest G of each grid
     assert crossing == {m: {"predicted": Gs[0], "measured": Gs[0], "steps_apart": 0} for m, Gs in HELD.items()}
     never = analysis.crossovers(rows, target=10.0)["big"]  # S never reaches 10: one step past the grid
@@ -157,3 +157,14 @@ def test_held_out_scores_the_predictor_and_the_article_on_unseen_pairs():
     assert apart["big"] == {"predicted": 4096, "measured": 1024, "steps_apart": 1}
     with pytest.raises(ValueError, match="fitted on"):
         analysis.held_out(ranks, cal, {"small": [2048]})
+
+
+def test_scatter_is_half_the_rounds_range_of_S2_relative_to_its_median():
+    ranks = _ranks()
+    cal = analysis.calibrate(_sweep(), ranks, CAL)
+    for b in ranks[0]["runs"]:  # round 2's two-rank held-out steps 10% slower: its S(2) is 1 / 1.1 of the others'
+        if b["round"] == 2 and b["p"] == 2 and b["model"].endswith(" overlap"):
+            b["step"] *= 1.1
+    rows = analysis.held_out(ranks, cal, HELD)
+    assert all(r["scatter"] == pytest.approx((1 - 1 / 1.1) / 2) for r in rows)
+    assert analysis.errors(rows, "scatter")["worst"] == pytest.approx((1 - 1 / 1.1) / 2)
