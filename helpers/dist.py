@@ -18,7 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from . import protocol
+from . import devices, protocol
 from .machine import this as this_machine
 from .protocol import DEFAULT_SEED
 
@@ -56,12 +56,9 @@ def setup(seed: int = DEFAULT_SEED) -> Context:
     local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
 
     backend = os.environ.get(protocol.BACKEND) or this_machine().backend(local_world_size)
-
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+    device = devices.for_rank(backend, local_rank)  # the one decision: NCCL owns a GPU, gloo the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
     if not dist.is_initialized():
         timeout = protocol.group_timeout()

@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import amp
+from . import amp, devices
 
 T = TypeVar("T")
 
@@ -71,11 +71,6 @@ def median(values: Iterable[float]) -> float:
     return float(statistics.median(list(values)))
 
 
-def _sync(device: torch.device | None) -> None:
-    if device is not None and device.type == "cuda":
-        torch.cuda.synchronize(device)  # else we would time kernel launches, not kernels
-
-
 class Timeline:
     """What happened when, on ``time.perf_counter`` (the host's monotonic clock, shared by every
     process on the host, so spans from different ranks line up on one time axis).
@@ -92,7 +87,7 @@ class Timeline:
         self._last = time.perf_counter()
 
     def now(self) -> float:
-        _sync(self.device)
+        devices.sync(self.device)  # else we would time kernel launches, not kernels
         return time.perf_counter()
 
     def record(self, kind: str, tag, start: float, end: float) -> None:

@@ -26,6 +26,7 @@ from .ddp import Resume, load, model_mismatch, save  # noqa: F401
 from .errors import (FORMAT, CheckpointError, CorruptCheckpoint, IncompatibleCheckpoint,  # noqa: F401
                      UnsafeCheckpoint)
 from .read import digest, read, seal  # noqa: F401
-from .resume import ResumableSampler, rng_state, set_rng_state  # noqa: F401
+from .resume import ResumableSampler  # noqa: F401
+from ..devices import rng_state, set_rng_state  # noqa: F401
 from .sharded import check_sharded, load_sharded, save_sharded  # noqa: F401
 from ..training import unwrap  # noqa: F401

@@ -11,11 +11,12 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ..devices import rng_state, set_rng_state
 from ..training import unwrap
 from .atomic import atomic_save
 from .errors import CheckpointError, IncompatibleCheckpoint
 from .read import read, seal
-from .resume import ResumableSampler, rng_state, set_rng_state
+from .resume import ResumableSampler
 
 
 def _rank() -> int:
@@ -54,10 +55,11 @@ def save(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Op
     """
     _check_plain(extra or {}, "extra")  # on every rank, before any collective: all raise alike
     rngs = [None] * _world_size()
+    mine = rng_state(_device_of(model))
     if dist.is_initialized():
-        dist.all_gather_object(rngs, rng_state())
+        dist.all_gather_object(rngs, mine)
     else:
-        rngs = [rng_state()]
+        rngs = [mine]
     outcome = [None]
     if _rank() == 0:
         try:
@@ -181,7 +183,7 @@ def load(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Op
     if sampler is not None:
         sampler.load_state_dict(ckpt["sampler"])
     if len(ckpt["rng"]) == _world_size():
-        set_rng_state(ckpt["rng"][_rank()])
+        set_rng_state(ckpt["rng"][_rank()], _device_of(model))
     else:
         warnings.warn(f"{path} was saved by {len(ckpt['rng'])} ranks and is loaded by "
                       f"{_world_size()}: random number generators not restored.", stacklevel=2)

@@ -1,12 +1,8 @@
-"""Resuming exactly: where the sampler stood in its epoch, and every rank's random numbers."""
+"""Resuming exactly: where the sampler stood in its epoch (the random generators: ``helpers.devices``)."""
 from __future__ import annotations
 
-import random
-
-import torch
 from torch.utils.data import DistributedSampler
 
-from ..machine import cuda_available
 from .errors import IncompatibleCheckpoint
 
 
@@ -52,16 +48,3 @@ class ResumableSampler(DistributedSampler):
         else:
             self.set_epoch(state["epoch"])
             self.start = state["consumed"]
-
-
-def rng_state() -> dict:
-    """This process's random number generators (dropout draws from them)."""
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "cuda": torch.cuda.get_rng_state_all() if cuda_available() else []}
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if state["cuda"] and cuda_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

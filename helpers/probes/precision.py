@@ -16,16 +16,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from helpers import amp, data
+from helpers import amp, data, devices
 from helpers.machine import default_device
 from helpers.measure import saved_bytes
 from helpers.models import SimpleModel, WideMLP, widths
 from helpers.training import train_step, turns
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":  # kernels run asynchronously; time them only once they are done
-        torch.cuda.synchronize(device)
 
 
 # --- The formats themselves -----------------------------------------------------------------
@@ -192,10 +187,10 @@ def step_times(dtypes: list[torch.dtype | None], steps: int = 10, batch_size: in
     for i in range(steps):
         for name in turns(list(runs), i):
             step = runs[name]
-            _sync(device)
+            devices.sync(device)
             start = time.perf_counter()
             step()
-            _sync(device)
+            devices.sync(device)
             times[name].append(time.perf_counter() - start)
     return times
 
@@ -231,10 +226,10 @@ def side_by_side(width: int = 1024, depth: int = 4, epochs: int = 4, batch_size:
         for idx in torch.randperm(len(y), generator=g).split(batch_size):
             xb, yb = x[idx.to(device)], y[idx.to(device)]
             for name in turns(["fp32", "autocast"], n):  # who goes first alternates
-                _sync(device)
+                devices.sync(device)
                 start = time.perf_counter()
                 losses[name].append(steps[name](xb, yb))
-                _sync(device)
+                devices.sync(device)
                 times[name].append(time.perf_counter() - start)
             n += 1
     result = {"device": str(device), "dtype": str(dtype), "width": width, "depth": depth,

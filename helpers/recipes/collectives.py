@@ -18,16 +18,12 @@ import time
 import torch
 import torch.distributed as dist
 
+from helpers import devices
 from helpers.dist import distributed, report
 from helpers.training import median
 
 KB, MB = 1024, 1024 ** 2
 SIZES = [4 * KB * 4 ** i for i in range(8)]  # 4 KB, 16 KB, ... 64 MB
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def repeats_for(size: int, budget_bytes: int = 1024 * MB, least: int = 7, most: int = 100) -> int:
@@ -45,7 +41,7 @@ def time_allreduce(tensor: torch.Tensor) -> float:
     dist.barrier()
     start = time.perf_counter()
     dist.all_reduce(tensor)
-    _sync(tensor.device)
+    devices.sync(tensor.device)
     return time.perf_counter() - start
 
 
@@ -65,10 +61,10 @@ def copy_bandwidth(nbytes: int = 64 * MB, repeats: int = 7, device: torch.device
     dst.copy_(src)  # touch every page once, so page faults are not timed
     times = []
     for _ in range(repeats):
-        _sync(device)
+        devices.sync(device)
         start = time.perf_counter()
         dst.copy_(src)
-        _sync(device)
+        devices.sync(device)
         times.append(time.perf_counter() - start)
     return nbytes / median(times)
 
@@ -111,8 +107,9 @@ def sweep(ctx, sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repe
         report(r + 1, rounds)
     seconds, spread = [], []
     for times in mine:
-        slowest = torch.tensor(times, dtype=torch.float64)
+        slowest = torch.tensor(times, dtype=torch.float64, device=ctx.device)  # NCCL reduces GPU tensors only
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
+        slowest = slowest.cpu()
         q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
         seconds.append(med.item())
         spread.append((q3 - q1).item())

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from helpers import devices
 from helpers.dist import distributed
 from helpers.training import median
 
@@ -23,14 +24,15 @@ from helpers.training import median
 ENV = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _time_all_reduce(numel: int, repeats: int) -> float:
+def _time_all_reduce(numel: int, repeats: int, device: torch.device) -> float:
     """Median seconds of one all_reduce of ``numel`` float32 values, after a warm-up."""
-    x = torch.ones(numel)
+    x = torch.ones(numel, device=device)
     times = []
     for i in range(repeats + 2):
         dist.barrier()  # start together, so a rank's time is the collective's, not its wait for a peer
         start = time.perf_counter()
         dist.all_reduce(x)
+        devices.sync(device)  # NCCL's call returns before the GPU has reduced anything
         if i >= 2:  # the first calls open gloo's connections
             times.append(time.perf_counter() - start)
     return median(times)
@@ -44,11 +46,12 @@ def whoami(out_dir: str = "", numel: int = 1 << 14, repeats: int = 20, hold: flo
     (under the torchrun CLI only rank 0's result is printed).
     """
     with distributed() as ctx:
-        t = torch.tensor([float(ctx.rank + 1)])
+        t = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
         dist.all_reduce(t)
         record = {**{k.lower(): os.environ.get(k) for k in ENV},
                   "hostname": socket.gethostname(), "pid": os.getpid(), "sum": t.item(),
-                  "numel": numel, "all_reduce_s": _time_all_reduce(numel, repeats)}
+                  "numel": numel, "all_reduce_s": _time_all_reduce(numel, repeats, ctx.device),
+                  "backend": ctx.backend}
         time.sleep(hold)
         dist.barrier()
     if out_dir:

@@ -11,7 +11,7 @@ from helpers.dist import distributed, report
 def allreduce_rank() -> dict:
     """Init the process group, all_reduce each rank's id, return what every rank saw."""
     with distributed() as ctx:
-        t = torch.tensor([float(ctx.rank)])
+        t = torch.tensor([float(ctx.rank)], device=ctx.device)
         dist.all_reduce(t)
         return {"rank": ctx.rank, "world_size": ctx.world_size, "sum": t.item(),
                 "threads": torch.get_num_threads(), "backend": ctx.backend, "pid": os.getpid()}
@@ -82,7 +82,7 @@ def two_groups_in_a_row() -> dict:
     sums = []
     for _ in range(2):
         with distributed() as ctx:
-            t = torch.tensor([1.0])
+            t = torch.tensor([1.0], device=ctx.device)
             dist.all_reduce(t)
             sums.append(t.item())
     return {"rank": ctx.rank, "sums": sums}
