@@ -167,6 +167,14 @@ def split_devices(m: Machine) -> tuple[str, str]:
     return ("cuda:0", "cuda:1") if two_gpus_in_one_process(m) else ("cpu", "cpu")
 
 
+MP_TIMELINE_RANKS = (2, 4)  # 3.2's schedule timelines: p = 2 and p = 4 stages, one per rank
+
+
+def cpu_stage_counts(m: Machine) -> list[int]:
+    """The stage counts of 3.2's timelines whose stages are CPU cores here (the others are GPUs)."""
+    return [p for p in MP_TIMELINE_RANKS if job(m, p).backend == "gloo"]
+
+
 def rank_units(m: Machine) -> tuple[str, int]:
     """NCCL with one GPU per rank where there are two GPUs or more; else gloo, one core per rank.
 

@@ -36,7 +36,12 @@ def data_parallel(m: Machine) -> dict[str, str]:
         dp = (f"did not run here: this machine has {m.describe()}, and nn.DataParallel needs at least "
               "2 GPUs. On a machine with 2 or more, this cell runs it and asserts its weights equal "
               "those of one GPU training on the global batch")
-    return {"tl_where": "unlike this run, which used NCCL" if on_gpus else "as in this run",
+    clock = ("Each moment in it is a CUDA event recorded on the stream that did the work, placed on the "
+             "host's clock afterwards: it shows when the GPU computed or reduced, not when the host queued "
+             "the work (NCCL's calls return at once)." if on_gpus else
+             "Each moment in it is the host's clock, read as the work happens: on the CPU the backward "
+             "runs inside `backward()`, and an all-reduce's end is read when gloo's thread finishes it.")
+    return {"tl_clock": clock, "tl_where": "unlike this run, which used NCCL" if on_gpus else "as in this run",
             "tl_gpu_case": f"This machine has {m.describe()}, so {case}", "dp_status": dp,
             **_runs(m, "03_1_data_parallel")}
 
@@ -51,7 +56,23 @@ def _split_why(m: Machine) -> str:
 def model_parallel(m: Machine) -> dict[str, str]:
     first, second = plans.split_devices(m)
     where = f"{first} and {second}" if second != "cpu" else "the CPU for both halves"
-    return {"mp_inproc_where": f"{where}, {_split_why(m)}", **_runs(m, "03_2_model_parallel")}
+    on_cpu = plans.cpu_stage_counts(m)
+    on_gpu = [p for p in plans.MP_TIMELINE_RANKS if p not in on_cpu]
+    floor = (f"Where the stages were CPU cores ({_p_list(on_cpu)}), each was also busy at least 0.5/p of "
+             f"the time: a send is short next to a stage's compute there (asserted)." if on_cpu else "")
+    if on_gpu:
+        floor += (f" Where the stages were GPUs ({_p_list(on_gpu)}), no lower bound is asserted: a GPU "
+                  f"computes a 784-wide layer in microseconds, about what a send and a synchronize cost, "
+                  f"so waiting on the link is a visible share of the step.")
+    clock = ("Each span starts and ends with a synchronize of the rank's GPU, so it shows when the GPU ran "
+             "the stage, not when the host queued it (NCCL's send and recv return before anything moved)."
+             if on_gpu else "On a CPU a stage's arithmetic runs inside the call, so each span is when it ran.")
+    return {"mp_inproc_where": f"{where}, {_split_why(m)}", "mp_busy_floor": floor.strip(),
+            "mp_span_clock": clock, **_runs(m, "03_2_model_parallel")}
+
+
+def _p_list(ps: list[int]) -> str:
+    return " and ".join(f"p = {p}" for p in ps)
 
 
 def mixed_precision(m: Machine) -> dict[str, str]:
@@ -59,9 +80,15 @@ def mixed_precision(m: Machine) -> dict[str, str]:
     gpu = m.gpus[0] if m.gpus else None
     return {"gpu_case": f"It ran on this machine's GPU, a {gpu}" if gpu
             else f"It did not run on a GPU here: this machine has {m.describe()}",
-            "fp16_units": "has them, so here float16 need not be slow" if m.native_fp16 else "has none",
-            "cuda_peak_case": f"It ran here, on the {gpu}" if gpu
-            else f"It did not run here: this machine has {m.describe()}"}
+            "fp16_units": "has them, so here float16 need not be slow" if m.native_fp16 else "has none"}
+
+
+def cuda_peak(m: Machine, peak: dict | None) -> str:
+    """3.3: the allocator's peak during one step, in MiB, where the run was on a GPU (glued after it)."""
+    if not peak:
+        return f"It did not run here: this machine has {m.describe()}"
+    return (f"Here, on the {m.gpus[0]}, one step's peak above the model was {peak['fp32'] / 2**20:.1f} MiB "
+            f"in fp32 and {peak['autocast'] / 2**20:.1f} MiB under autocast")
 
 
 def amp_training(m: Machine) -> dict[str, str]:

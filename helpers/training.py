@@ -4,6 +4,7 @@
 * ``snapshot`` / ``flat_params``: a model's weights, copied off its device, to compare runs;
 * ``turns``: the order in which variants take their turn, rotated, so machine noise hits all alike;
 * ``Timeline``: spans and phase laps on the host's monotonic clock, which all ranks share;
+* ``DeviceClock``: moments read without waiting for the device (CUDA events on a GPU), for overlap;
 * ``median``: the one median of the package (the mean of the middle two for an even count).
 """
 from __future__ import annotations
@@ -109,3 +110,41 @@ class Timeline:
         now = self.now()
         self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
         self._last = now
+
+
+class DeviceClock:
+    """Moments read without waiting for the device, to see work overlap on it.
+
+    On a CPU a moment is ``time.perf_counter()``. On a GPU it is a CUDA event recorded on the current
+    stream: the moment the GPU reached that point of its queue, not when the host queued it (NCCL's
+    all_reduce returns at once). ``start()`` synchronizes and pairs the host's clock with an event;
+    ``seconds(moment)`` then places any later moment on the host's clock, shared by every rank.
+    ``Timeline.now`` waits for the device instead, which is right for spans but would serialize
+    the overlap that this clock is meant to show.
+    """
+
+    def __init__(self, device: torch.device | None = None):
+        self.device = device
+        self.cuda = device is not None and device.type == "cuda"
+        self.origin: tuple[float, object] | None = None
+
+    def start(self) -> None:
+        devices.sync(self.device)  # the queue is empty: an event recorded now runs now
+        self.origin = (time.perf_counter(), self.now())
+
+    def now(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, moment) -> float:
+        """A moment on the host's clock; on a GPU it first waits until every recorded event has run."""
+        if not self.cuda:
+            return moment
+        if self.origin is None:
+            raise RuntimeError("DeviceClock.seconds() before start(): no moment pairs the two clocks")
+        devices.sync(self.device)
+        host, event = self.origin
+        return host + event.elapsed_time(moment) / 1e3

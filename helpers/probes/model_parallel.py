@@ -17,7 +17,7 @@ from helpers.training import snapshot, train_step
 def forward_backward(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
     """One forward and backward of a whole model in this process: outputs, loss and gradients."""
     model.zero_grad(set_to_none=True)
-    out = model(x)
+    out = model(x.to(next(model.parameters()).device))  # the input goes where the first layer is
     loss = F.cross_entropy(out, y.to(out.device))  # the labels go where the output is
     loss.backward()
     return {"out": out.detach().cpu(), "loss": loss.item(),
@@ -56,15 +56,19 @@ def train_in_process(dev0: str = "cuda:0", dev1: str = "cuda:1", epochs: int = 5
 
 
 def train_unsplit(epochs: int = 5, batch_size: int = 64, lr: float = 0.05, seed: int = 0,
-                  dp: int = 1, max_steps: int | None = None) -> dict:
-    """The reference: the whole model in this process, on the dp replicas' global batches."""
+                  dp: int = 1, max_steps: int | None = None, device: str | torch.device = "cpu") -> dict:
+    """The reference: the whole model in this process, on the dp replicas' global batches.
+
+    ``device``: where the runs it is compared with computed (``helpers.devices.for_rank``): after a
+    hundred steps, float32 on a GPU and on a CPU drift apart by more than rounding in one step.
+    """
     torch.manual_seed(seed)
-    model = ThreeLayerMLP()
+    model = ThreeLayerMLP().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     x_all, y_all = load(train=True).tensors
     losses = []
     for idx in global_batches(len(y_all), batch_size, epochs, seed, dp, max_steps):
-        losses.append(train_step(model, optimizer, x_all[idx], y_all[idx]))
+        losses.append(train_step(model, optimizer, x_all[idx].to(device), y_all[idx].to(device)))
     return {"losses": losses, "state": snapshot(model)}
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import time
 
 import torch
 import torch.distributed as dist
@@ -28,7 +27,7 @@ from helpers import data, models
 from helpers.analysis import hidden_fraction
 from helpers.dist import distributed, report
 from helpers.models import SimpleModel, WideMLP
-from helpers.training import Timeline, flat_params, turns
+from helpers.training import DeviceClock, Timeline, flat_params, turns
 
 
 # --- Step 1: replicate -------------------------------------------------------------------
@@ -88,17 +87,20 @@ def _rank_batches(ctx, batch_size: int, steps: int, seed: int):
 
 # --- Steps 3 and 4: gradients, then their average ----------------------------------------
 
-def allreduce_gradients(model: nn.Module, world_size: int, log: Timeline | None = None) -> None:
+def allreduce_gradients(model: nn.Module, world_size: int, log: Timeline | None = None,
+                        clock: DeviceClock | None = None) -> None:
     """The naive step 4: after backward, sum each gradient over the ranks, then divide.
 
     One blocking all_reduce per tensor, started only once the whole backward is done.
+    Each call goes to ``log`` as a span of ``clock``'s moments (the host's clock by default).
     """
+    clock = clock or DeviceClock()
     for p in model.parameters():
-        start = time.perf_counter()
+        start = clock.now()
         dist.all_reduce(p.grad)  # SUM over ranks, in place
         p.grad /= world_size
         if log is not None:
-            log.record("all_reduce", p.grad.numel() * p.grad.element_size(), start, time.perf_counter())
+            log.record("all_reduce", p.grad.numel() * p.grad.element_size(), start, clock.now())
 
 
 def train(mode: str = "ddp", model: str = "simple", steps: int = 20, batch_size: int = 32,
@@ -134,18 +136,20 @@ def train(mode: str = "ddp", model: str = "simple", steps: int = 20, batch_size:
 
 # --- What DDP adds: buckets, overlap, no_sync --------------------------------------------
 
-def logged_allreduce_hook(log: Timeline, bucket):  # unannotated bucket: DDP checks annotations
-    """DDP's default communication (average each bucket with one all_reduce), noted in ``log``.
+def logged_allreduce_hook(state: tuple[Timeline, DeviceClock], bucket):  # unannotated: DDP checks
+    """DDP's default communication (average each bucket with one all_reduce), noted in a log.
 
-    ``ddp.register_comm_hook(timeline, logged_allreduce_hook)``; each bucket adds a span
-    ("all_reduce", bytes, launched, done) in ``time.perf_counter`` seconds. These are host
-    times: with gloo they are when the transfer ran; with NCCL on a GPU they are when the
-    work was queued and seen done, and ``torch.profiler`` gives the device's view.
+    ``ddp.register_comm_hook((timeline, clock), logged_allreduce_hook)``; each bucket adds a span
+    ("all_reduce", bytes, started, done) of the clock's moments. With gloo they are host times,
+    when the transfer ran. With NCCL they are CUDA events: ``start`` on the backward's stream,
+    when the bucket's gradients were computed; ``done`` inside the future's callback, which torch
+    runs on a stream made to wait for the all_reduce, so it is when the GPU finished it.
     """
-    start, nbytes = time.perf_counter(), bucket.buffer().numel() * bucket.buffer().element_size()
+    log, clock = state
+    start, nbytes = clock.now(), bucket.buffer().numel() * bucket.buffer().element_size()
 
     def done(fut):
-        log.record("all_reduce", nbytes, start, time.perf_counter())
+        log.record("all_reduce", nbytes, start, clock.now())
         return fut.value()
 
     return default_hooks.allreduce_hook(None, bucket).then(done)
@@ -170,14 +174,15 @@ def timeline(caps: tuple = (0.5, 2, 8, 32), steps: int = 6, warmup: int = 2, wid
             module = copy.deepcopy(base)
             variants[f"DDP {cap} MB" if cap else "DDP default"] = (
                 module, DDP(module, device_ids=ctx.device_ids, bucket_cap_mb=cap))
+        clock = DeviceClock(ctx.device)  # on a GPU, events: when the device did the work
         runs = {}
         for name, (module, ddp) in variants.items():
             log = Timeline()
             if ddp is not None:
-                ddp.register_comm_hook(log, logged_allreduce_hook)
-            ready: list[float] = []
+                ddp.register_comm_hook((log, clock), logged_allreduce_hook)
+            ready: list = []
             for p in module.parameters():
-                p.register_post_accumulate_grad_hook(lambda p, ready=ready: ready.append(time.perf_counter()))
+                p.register_post_accumulate_grad_hook(lambda p, ready=ready: ready.append(clock.now()))
             runs[name] = {"net": ddp or module, "module": module, "log": log, "ready": ready,
                           "opt": torch.optim.SGD(module.parameters(), lr=0.01), "steps": []}
         criterion = nn.CrossEntropyLoss()
@@ -188,17 +193,22 @@ def timeline(caps: tuple = (0.5, 2, 8, 32), steps: int = 6, warmup: int = 2, wid
                 r["log"].spans.clear()
                 r["ready"].clear()
                 dist.barrier()  # every variant's step starts together on all ranks
-                t = {"start": time.perf_counter()}
+                clock.start()
+                t = {"start": clock.now()}
                 r["opt"].zero_grad()
                 loss = criterion(r["net"](x), y)
-                t["forward"] = time.perf_counter()
+                t["forward"] = clock.now()
                 loss.backward()
-                t["backward"] = time.perf_counter()
+                t["backward"] = clock.now()
                 if name == "naive":
-                    allreduce_gradients(r["module"], ctx.world_size, r["log"])
-                t["comm"] = time.perf_counter()
+                    allreduce_gradients(r["module"], ctx.world_size, r["log"], clock)
+                t["comm"] = clock.now()
                 r["opt"].step()
-                t["end"] = time.perf_counter()
+                t["end"] = clock.now()
+                # Every moment on the host's clock (on a GPU this waits for the step to finish).
+                t = {k: clock.seconds(v) for k, v in t.items()}
+                r["ready"][:] = [clock.seconds(v) for v in r["ready"]]
+                r["log"].spans[:] = [(k, n, clock.seconds(a), clock.seconds(b)) for k, n, a, b in r["log"].spans]
                 events, compute_end = r["log"].spans, max(r["ready"])  # backward compute ends at the last grad
                 if step >= warmup:
                     r["steps"].append({"seconds": t["end"] - t["start"], "backward": compute_end - t["forward"],
@@ -221,12 +231,13 @@ def accumulate(micro_batches: int = 4, steps: int = 6, batch_size: int = 16, lr:
     """
     with distributed(seed) as ctx:
         base = models.build(model).to(ctx.device)
+        clock = DeviceClock(ctx.device)
         runs = {}
         for name in ("no_sync", "every micro-batch"):
             module = copy.deepcopy(base)
             ddp = DDP(module, device_ids=ctx.device_ids)
             log = Timeline()
-            ddp.register_comm_hook(log, logged_allreduce_hook)
+            ddp.register_comm_hook((log, clock), logged_allreduce_hook)
             runs[name] = {"ddp": ddp, "module": module, "log": log, "seconds": [], "calls": [], "bytes": [],
                           "comm_s": [], "opt": torch.optim.SGD(ddp.parameters(), lr=lr)}
         criterion = nn.CrossEntropyLoss()
@@ -237,7 +248,8 @@ def accumulate(micro_batches: int = 4, steps: int = 6, batch_size: int = 16, lr:
                 r = runs[name]
                 r["log"].spans.clear()
                 dist.barrier()
-                start = time.perf_counter()
+                clock.start()
+                start = clock.now()
                 r["opt"].zero_grad()
                 for i, (x, target, _) in enumerate(micro):
                     last = i == micro_batches - 1
@@ -247,8 +259,9 @@ def accumulate(micro_batches: int = 4, steps: int = 6, batch_size: int = 16, lr:
                         loss = criterion(r["ddp"](x.to(ctx.device)), target.to(ctx.device)) / micro_batches
                         loss.backward()
                 r["opt"].step()
-                r["seconds"].append(time.perf_counter() - start)
-                spans = r["log"].spans
+                end = clock.now()
+                r["seconds"].append(clock.seconds(end) - clock.seconds(start))
+                spans = [(k, n, clock.seconds(a), clock.seconds(b)) for k, n, a, b in r["log"].spans]
                 r["calls"].append(len(spans))
                 r["bytes"].append(sum(nbytes for _, nbytes, _, _ in spans))
                 r["comm_s"].append(sum(b - a for *_, a, b in spans))

@@ -21,7 +21,6 @@ Launch from a cell, or under the torchrun CLI::
 """
 from __future__ import annotations
 
-import time
 
 import torch
 import torch.distributed as dist
@@ -165,25 +164,26 @@ def split_step(batch_size: int = 64, micro_batches: tuple[int, ...] | list[int] 
 
 
 def _paired_times(model: nn.Module, stage: nn.Module, x, y, prev_rank, next_rank, rank: int,
-                  steps: int) -> tuple[float, float] | None:
+                  steps: int, device: torch.device) -> tuple[float, float] | None:
     """Median seconds of a naive step and of the unsplit model's step, taken in turns.
 
     Alternating the two, rather than timing one after the other, lets both see the
     same load on a shared machine. Rank 0 runs the unsplit model while the other
     ranks wait in a barrier, which costs no CPU (gloo blocks, it does not spin).
     """
+    clock = Timeline(device)  # its now() waits for the GPU first
     naive, unsplit = [], []
     for _ in range(steps):
         dist.barrier()
-        start = time.perf_counter()
+        start = clock.now()
         naive_step(stage, x, y, prev_rank, next_rank)
         dist.barrier()  # the step ends when the last stage is done
-        naive.append(time.perf_counter() - start)
+        naive.append(clock.now() - start)
         stage.zero_grad(set_to_none=True)
         if rank == 0:
-            start = time.perf_counter()
+            start = clock.now()
             forward_backward(model, x, y)
-            unsplit.append(time.perf_counter() - start)
+            unsplit.append(clock.now() - start)
     return (median(naive), median(unsplit)) if rank == 0 else None
 
 
@@ -205,11 +205,13 @@ def schedule_timeline(micro_batches: tuple[int, ...] | list[int] = (1,), steps: 
         prev_rank, next_rank = _neighbours(ctx.rank, p)
         runs, done, total = {}, 0, len(micro_batches) * (warmup + steps)
         for m in micro_batches:
-            timeline = Timeline()
+            # On a GPU the timeline waits for the device at each span's ends: a span is then when the
+            # work ran, not when it was queued (NCCL's send and recv return before anything moved).
+            timeline = Timeline(ctx.device)
             for step in range(warmup + steps):
                 if step == warmup:
                     dist.barrier()  # the measured steps start together
-                    timeline = Timeline()  # and keep no warm-up spans
+                    timeline = Timeline(ctx.device)  # and keep no warm-up spans
                 if m == 1:
                     naive_step(stage, x, y, prev_rank, next_rank, timeline)
                 else:
@@ -218,7 +220,7 @@ def schedule_timeline(micro_batches: tuple[int, ...] | list[int] = (1,), steps: 
                 done += 1
                 report(done, total, micro_batches=m)
             runs[m] = timeline.spans
-        paired = _paired_times(model, stage, x, y, prev_rank, next_rank, ctx.rank, steps)
+        paired = _paired_times(model, stage, x, y, prev_rank, next_rank, ctx.rank, steps, ctx.device)
         return {"rank": ctx.rank, "p": p, "steps": steps, "runs": runs,
                 "naive_vs_unsplit_s": paired,  # (naive step, unsplit step), rank 0 only
                 "threads": torch.get_num_threads(), "stage_macs": linear_macs(stage),
