@@ -15,11 +15,22 @@ from __future__ import annotations
 import random
 import resource
 import sys
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
 from .machine import Machine
+
+
+def pinned_backend(recipe: Callable) -> str | None:
+    """The backend a recipe's module pins, or None to let the machine decide.
+
+    A module that studies gloo or CPU cores (4.3's regimes, 7.2's hangs) says ``BACKEND = "gloo"``;
+    ``helpers.launch`` and ``python -m helpers.run`` then run it over gloo on every machine, so the
+    CPU tensors it hands its collectives are right under torchrun on a GPU node too.
+    """
+    return getattr(sys.modules.get(getattr(recipe, "__module__", "")), "BACKEND", None)
 
 
 def for_rank(backend: str, local_rank: int = 0, m: Machine | None = None) -> torch.device:

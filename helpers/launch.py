@@ -49,7 +49,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import elastic_launch
 
-from . import compat, plans, protocol, stacks as stacks_
+from . import compat, devices, plans, protocol, stacks as stacks_
 from .displays import ProgressDisplay
 from .worker import RankSpec, rank_entry
 from .live import LogTail
@@ -236,13 +236,15 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     ``init_process_group()`` joins the job.
 
     show:        ranks whose output is streamed into the cell: a rank, a list, "all" or None.
-    backend:     None picks NCCL when every rank can own a GPU, else gloo.
+    backend:     None picks NCCL when every rank can own a GPU, else gloo; a recipe whose module
+                 pins one (``BACKEND = "gloo"``, see ``devices.pinned_backend``) gets that.
     threads:     torch threads per rank; default: this machine's cores // nprocs.
     timeout:     seconds before the ranks are killed and LaunchTimeout is raised (all attempts).
     max_restarts: how many times the elastic agent may restart the job after a rank fails;
                  a restarted rank sees TORCHELASTIC_RESTART_COUNT (``protocol.restart_count``).
     on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
     """
+    backend = backend or devices.pinned_backend(fn)  # a recipe that studies gloo runs on gloo
     _check_args(nprocs, backend, timeout, max_restarts)
     _check_importable(fn)
     try:

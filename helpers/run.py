@@ -21,6 +21,7 @@ import os
 import pkgutil
 import sys
 
+from helpers import devices, protocol
 
 USAGE = "usage: python -m helpers.run RECIPE [--key value | --key=value ...]  (RECIPE is module.function)"
 
@@ -83,7 +84,10 @@ def _summary(result) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     recipe, kwargs = parse(sys.argv[1:] if argv is None else argv)
-    result = resolve(recipe)(**kwargs)
+    fn = resolve(recipe)
+    if (pinned := devices.pinned_backend(fn)) and not os.environ.get(protocol.BACKEND):
+        os.environ[protocol.BACKEND] = pinned  # read by helpers.dist.setup inside the recipe
+    result = fn(**kwargs)
     if int(os.environ.get("RANK", 0)) == 0:
         print(_summary(result))
 

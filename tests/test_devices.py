@@ -1,10 +1,14 @@
 """helpers.devices: the one decision of where a rank's tensors live, per machine profile."""
+import ast
+import os
 import random
+from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
+import helpers
 from helpers import devices, plans
 from helpers.machine import Machine
 from helpers.training import DeviceClock
@@ -78,3 +82,86 @@ def test_peak_memory_names_the_host_and_the_gpu_apart():
 
 def test_of_group_is_the_cpu_without_a_group():
     assert devices.of_group() == torch.device("cpu")
+
+
+# --- Every recipe hands its collectives tensors on the rank's device ---------------------------------
+
+RECIPES = sorted((Path(helpers.__file__).parent / "recipes").glob("*.py"))
+FACTORIES = {"tensor", "ones", "zeros", "empty", "randn", "rand", "randint", "arange", "full"}
+COLLECTIVES = {"all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+               "reduce_scatter_tensor", "all_to_all_single", "send", "recv", "isend", "irecv"}
+
+
+def _cpu_factory(node: ast.AST) -> bool:
+    """``torch.ones(4)``: a tensor made on the CPU whatever the rank's device (no ``device=``)."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
+            and ast.unparse(node.func.value) == "torch" and not any(k.arg == "device" for k in node.keywords))
+
+
+def _gloo_by_construction(fn: ast.FunctionDef) -> bool:
+    """A function that makes its own gloo group: its tensors belong on the CPU."""
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func).endswith("init_process_group")
+               and n.args and ast.unparse(n.args[0]) == "'gloo'" for n in ast.walk(fn))
+
+
+def _pins_gloo(tree: ast.Module) -> bool:
+    """A module that says ``BACKEND = "gloo"`` runs over gloo wherever it is launched from."""
+    return any(isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["BACKEND"]
+               and ast.unparse(n.value) == "'gloo'" for n in tree.body)
+
+
+def cpu_tensors_into_collectives(source: str) -> list[str]:
+    """Calls ``dist.<collective>(x)`` on the default group where ``x`` was made on the CPU."""
+    found, tree = [], ast.parse(source)
+    if _pins_gloo(tree):
+        return []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        if _gloo_by_construction(fn):
+            continue
+        on_cpu = {t.id for n in ast.walk(fn) if isinstance(n, ast.Assign) and _cpu_factory(n.value)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.Call) and ast.unparse(n.func) in {f"dist.{c}" for c in COLLECTIVES}):
+                continue
+            if any(k.arg == "group" for k in n.keywords) or not n.args:
+                continue  # a group of its own may be gloo: the function says which
+            arg = n.args[0]
+            if _cpu_factory(arg) or (isinstance(arg, ast.Name) and arg.id in on_cpu):
+                found.append(f"{fn.name}: {ast.unparse(n)}")
+    return found
+
+
+def test_the_check_finds_a_cpu_tensor_in_a_collective():
+    bad = "def f(ctx):\n    t = torch.ones(4)\n    dist.all_reduce(t)\n    dist.broadcast(torch.zeros(1), 0)\n"
+    good = "def f(ctx):\n    t = torch.ones(4, device=ctx.device)\n    dist.all_reduce(t)\n"
+    gloo = "def f():\n    dist.init_process_group('gloo')\n    t = torch.ones(1)\n    dist.all_reduce(t)\n"
+    assert cpu_tensors_into_collectives(bad) == ["f: dist.all_reduce(t)", "f: dist.broadcast(torch.zeros(1), 0)"]
+    pinned = 'BACKEND = "gloo"\n' + bad
+    assert cpu_tensors_into_collectives(good) == cpu_tensors_into_collectives(gloo) == []
+    assert cpu_tensors_into_collectives(pinned) == []
+
+
+def test_a_pinned_recipe_runs_on_gloo_under_launch_and_the_cli():
+    from helpers.recipes import hangs, smoke
+    assert devices.pinned_backend(hangs.hang) == "gloo" and devices.pinned_backend(smoke.allreduce_rank) is None
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_recipes_hand_collectives_tensors_on_the_ranks_device(path):
+    """Under NCCL a collective takes GPU tensors only: a CPU tensor here fails on every GPU machine."""
+    assert cpu_tensors_into_collectives(path.read_text()) == [], path.name
+
+
+def test_the_cli_runs_a_pinned_recipe_on_its_backend(monkeypatch, capsys):
+    from helpers import protocol, run
+    monkeypatch.setenv(protocol.BACKEND, "")  # unset for main(); restored after the test
+    seen = {}
+
+    def recipe():
+        seen["backend"] = os.environ[protocol.BACKEND]
+        return {}
+
+    recipe.__module__ = "helpers.recipes.hangs"  # a module that pins gloo
+    monkeypatch.setattr(run, "resolve", lambda name: recipe)
+    run.main(["hangs.anything"])
+    assert seen == {"backend": "gloo"}
