@@ -182,3 +182,29 @@ def test_the_comparison_runs_under_the_real_torchrun_cli():
     summary = json.loads(out.stdout[out.stdout.index("{"):])
     assert summary["p"] == 2 and summary["n_params"] == sum(p.numel() for p in helpers.models.build("wide-32x2").parameters())
 
+
+
+# --- Clocks ---------------------------------------------------------------------------------
+
+def test_every_step_time_waits_for_the_ranks_device(monkeypatch):
+    """A GPU runs its kernels after the host has queued them: each clock read must wait for the
+    rank's device first (``Timeline`` calls ``devices.sync``), or it times the queueing."""
+    waited = []
+    monkeypatch.setattr(devices, "sync", lambda device: waited.append(device))
+    r = fsdp.checkpointing(rounds=1, batch_size=8, width=32, depth=4)  # a plain process: a group of one
+    assert len(waited) == 2 * 2 * 3  # rounds (a warm-up, then 1) x modes x (start, mid, end)
+    assert set(waited) == {torch.device("cpu") if r["backend"] == "gloo" else torch.device("cuda", 0)}
+    waited.clear()
+    fsdp.reshard(steps=2, batch_size=4, width=32, depth=2)
+    assert len(waited) == 2 * 2 * 2  # settings x steps x (start, end)
+
+
+def test_the_chapters_recipes_read_the_clock_only_on_a_timeline():
+    import ast
+    from pathlib import Path
+    recipes = Path(fsdp.__file__).parent
+    for name in ("fsdp", "sharding", "zero", "traffic", "model_parallel_training", "tensor_parallel", "tensor_parallel_2d"):
+        tree = ast.parse((recipes / f"{name}.py").read_text())
+        clocks = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                  and n.attr in ("perf_counter", "time", "monotonic") and ast.unparse(n.value) == "time"]
+        assert not clocks, f"{name}.py reads time.* at lines {clocks}: use training.Timeline(ctx.device).now()"

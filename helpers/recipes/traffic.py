@@ -34,6 +34,12 @@ def written_bytes() -> int | None:
         return None
 
 
+def counts_sockets(backend: str) -> bool:
+    """Whether this process's socket writes show what collectives over ``backend`` sent: gloo's,
+    where the system counts what a process writes (Linux)."""
+    return backend in SOCKET_BACKENDS and written_bytes() is not None
+
+
 def _argument(params: list[str], name: str, args: tuple, kwargs: dict, default=None):
     """The argument passed for parameter ``name``, by position or by keyword."""
     i = params.index(name)
@@ -75,8 +81,8 @@ class Traffic:
         end = written_bytes()
         for name, real in self._saved.items():
             setattr(dist, name, real)
-        readable = end is not None and self._start is not None
-        self.wire_bytes = end - self._start if readable and self.backends <= SOCKET_BACKENDS else None
+        counted = all(counts_sockets(b) for b in self.backends) and None not in (end, self._start)
+        self.wire_bytes = end - self._start if counted else None
 
     def totals(self) -> dict[str, int]:
         """Message bytes by collective."""
