@@ -46,7 +46,8 @@ def test_every_one_tensor_collective_name_of_this_torch_is_known():
 def test_the_older_names_are_used_where_the_single_ones_are_missing(monkeypatch):
     import torch.distributed as dist
     seen = []
-    for new, old in (("all_gather_single", "all_gather_into_tensor"), ("reduce_scatter_single", "reduce_scatter_tensor")):
+    pairs = (("all_gather_single", "all_gather_into_tensor"), ("reduce_scatter_single", "reduce_scatter_tensor"))
+    for new, old in pairs:
         monkeypatch.setattr(dist, new, lambda out, inp, group=None, name=new: seen.append(name), raising=False)
         monkeypatch.setattr(dist, old, lambda out, inp, group=None, name=old: seen.append(name))
     compat.all_gather_single(None, None)
@@ -69,9 +70,9 @@ def test_no_other_module_names_a_collective_that_only_some_releases_have():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             on_dist = isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("dist", "torch.distributed")
-            named = node.attr if on_dist else (
-                node.args[1].value if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr")
-                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) else None)
+            looked_up = (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr")
+                         and len(node.args) > 1 and isinstance(node.args[1], ast.Constant))
+            named = node.attr if on_dist else node.args[1].value if looked_up else None
             if named in versioned:
                 found.append(f"{path.relative_to(root)}:{node.lineno} {named}")
     assert not found, found

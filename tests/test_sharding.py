@@ -203,7 +203,8 @@ def test_the_chapters_recipes_read_the_clock_only_on_a_timeline():
     import ast
     from pathlib import Path
     recipes = Path(fsdp.__file__).parent
-    for name in ("fsdp", "sharding", "zero", "traffic", "model_parallel_training", "tensor_parallel", "tensor_parallel_2d"):
+    names = ("fsdp", "sharding", "zero", "traffic", "model_parallel_training", "tensor_parallel", "tensor_parallel_2d")
+    for name in names:
         tree = ast.parse((recipes / f"{name}.py").read_text())
         clocks = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                   and n.attr in ("perf_counter", "time", "monotonic") and ast.unparse(n.value) == "time"]

@@ -4,10 +4,12 @@
 ``apply_fsdp`` does per block: a group's parameters are all-gathered just before it runs and
 freed after. Its mesh always comes from ``devices.mesh``: left to itself, ``fully_shard`` puts
 the parameters on ``torch._C._get_accelerator()``, a GPU on any machine that has one, even in
-gloo ranks whose inputs are on the CPU. Every step is timed on a ``Timeline``, which waits for
-a GPU's kernels before it reads the clock. ``reshard`` measures what ``reshard_after_forward`` changes on a model whose
-states DDP could not keep within a rank's share of this machine; ``checkpointing`` measures
-what recomputing activations saves, and what it costs::
+gloo ranks whose inputs are on the CPU.
+
+``reshard`` measures what ``reshard_after_forward`` changes on a model whose states DDP could
+not keep within a rank's share of this machine; ``checkpointing`` measures what recomputing
+activations saves, and what it costs. Every step is timed on a ``Timeline``, which waits for a
+GPU's kernels before it reads the clock::
 
     helpers.launch(reshard, nprocs=2)
     torchrun --standalone --nproc-per-node 2 -m helpers.run fsdp.reshard
