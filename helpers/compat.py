@@ -10,6 +10,7 @@ import dataclasses
 import re
 
 import torch
+import torch.distributed as dist
 from torch.distributed.launcher.api import LaunchConfig
 from torch.nn.parallel import distributed as _ddp
 
@@ -42,3 +43,32 @@ def launch_config(**settings) -> LaunchConfig:
     """
     known = {f.name for f in dataclasses.fields(LaunchConfig)}
     return LaunchConfig(**{k: v for k, v in settings.items() if k in known})
+
+
+# The collectives of one tensor each: torch 2.14 names them ``*_single`` and keeps the older names
+# as deprecated wrappers (they warn); 2.7 has only the older ones. Each name a release may have ->
+# (the collective it performs, the parameter holding its whole message: the tensor all-reduced,
+# the output all-gathered into, the input reduce-scattered). ``recipes.traffic`` wraps each.
+COLLECTIVES = {"all_reduce": ("all_reduce", "tensor"),
+               "all_gather_single": ("all_gather", "output_tensor"),
+               "all_gather_into_tensor": ("all_gather", "output_tensor"),
+               "_all_gather_base": ("all_gather", "output_tensor"),
+               "reduce_scatter_single": ("reduce_scatter", "input"),
+               "reduce_scatter_tensor": ("reduce_scatter", "input"),
+               "_reduce_scatter_base": ("reduce_scatter", "input")}
+
+
+def _newest(*names: str):
+    # Looked up on ``torch.distributed`` at each call, not once at import: a wrapper put on the
+    # module (``recipes.traffic.Traffic``) must see the call.
+    return next(getattr(dist, n) for n in names if hasattr(dist, n))
+
+
+def all_gather_single(out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
+    """Every rank's ``inp``, concatenated into ``out``, under this torch's name for it."""
+    _newest("all_gather_single", "all_gather_into_tensor")(out, inp, group=group)
+
+
+def reduce_scatter_single(out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
+    """``inp`` summed over the ranks, this rank's 1/p chunk of it into ``out``, under this torch's name."""
+    _newest("reduce_scatter_single", "reduce_scatter_tensor")(out, inp, group=group)

@@ -4,12 +4,12 @@ torchtitan's way: the parallel dimensions are declared once, their product must 
 the number of processes, and every process group comes from that one object::
 
     topo = Topology(dp=2, pp=2)
-    mesh = topo.build_mesh("cpu")          # a DeviceMesh named ("pp", "dp")
+    mesh = topo.build_mesh(ctx.device)     # a DeviceMesh named ("pp", "dp"), on the ranks' device
     dp_group = mesh["dp"].get_group()      # the replicas of my stage: DDP averages over it
     stage_ranks = mesh["pp"].mesh.tolist() # my replica's stages, in order: send/recv along it
 
     topo = Topology(dp=2, tp=2)            # chapter 6.3: FSDP over dp, each layer split over tp
-    mesh = topo.build_mesh("cpu")          # a DeviceMesh named ("dp", "tp"), shape (2, 2)
+    mesh = topo.build_mesh(ctx.device)     # a DeviceMesh named ("dp", "tp"), shape (2, 2)
 
 Layout: ``pp`` is the outer dimension, ``dp`` the middle one and ``tp`` the inner one. The
 ranks that split one layer (tp) are neighbours: they exchange activations in every layer,
@@ -83,14 +83,15 @@ class Topology:
         dims = [("pp", self.pp)] if self.pp > 1 or self.tp == 1 else []
         return tuple(dims + [("dp", self.dp)] + ([("tp", self.tp)] if self.tp > 1 else []))
 
-    def build_mesh(self, device_type: str):
-        """The job's DeviceMesh over ``mesh_dims``: (pp, dp), or (dp, tp), or (pp, dp, tp).
-        Every rank must call it (it creates the groups)."""
+    def build_mesh(self, device):
+        """The job's DeviceMesh over ``mesh_dims``: (pp, dp), or (dp, tp), or (pp, dp, tp), on
+        ``device``, the ranks' own (``ctx.device``; ``devices.mesh`` builds it). Every rank must
+        call it (it creates the groups)."""
         import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
+        from . import devices
         self.check(dist.get_world_size())
         names, sizes = zip(*self.mesh_dims)
-        return init_device_mesh(device_type, sizes, mesh_dim_names=names)
+        return devices.mesh(device, sizes, names)
 
     def table(self) -> list[dict]:
         """One row per rank: what a reader wants to see before launching."""

@@ -27,3 +27,52 @@ def test_launch_config_keeps_what_this_torch_knows_and_drops_the_rest():
     assert config.nproc_per_node == 3 and "a_setting_from_the_future" not in vars(config)
     if "shutdown_timeout" in known:  # newer than 2.7: the launcher's 5 s reaches the agent
         assert compat.launch_config(min_nodes=1, max_nodes=1, nproc_per_node=1, shutdown_timeout=5).shutdown_timeout == 5
+
+
+# --- The one-tensor collectives: *_single in 2.14, older names before ---------------------------
+
+def test_every_one_tensor_collective_name_of_this_torch_is_known():
+    import inspect
+    import re
+
+    import torch.distributed as dist
+    here = {n for n in dir(dist) if re.fullmatch(r"_?(all_gather|reduce_scatter)_(single|into_tensor|tensor|base)", n)}
+    assert here and here <= set(compat.COLLECTIVES), here - set(compat.COLLECTIVES)
+    for name, (op, message) in compat.COLLECTIVES.items():
+        if hasattr(dist, name):  # the parameter Traffic reads the message from is there
+            assert message in inspect.signature(getattr(dist, name)).parameters, name
+
+
+def test_the_older_names_are_used_where_the_single_ones_are_missing(monkeypatch):
+    import torch.distributed as dist
+    seen = []
+    pairs = (("all_gather_single", "all_gather_into_tensor"), ("reduce_scatter_single", "reduce_scatter_tensor"))
+    for new, old in pairs:
+        monkeypatch.setattr(dist, new, lambda out, inp, group=None, name=new: seen.append(name), raising=False)
+        monkeypatch.setattr(dist, old, lambda out, inp, group=None, name=old: seen.append(name))
+    compat.all_gather_single(None, None)
+    compat.reduce_scatter_single(None, None)
+    monkeypatch.delattr(dist, "all_gather_single")
+    monkeypatch.delattr(dist, "reduce_scatter_single")  # torch 2.7
+    compat.all_gather_single(None, None)
+    compat.reduce_scatter_single(None, None)
+    assert seen == ["all_gather_single", "reduce_scatter_single", "all_gather_into_tensor", "reduce_scatter_tensor"]
+
+
+def test_no_other_module_names_a_collective_that_only_some_releases_have():
+    import ast
+    from pathlib import Path
+    root = Path(compat.__file__).parent
+    versioned = set(compat.COLLECTIVES) - {"all_reduce"}
+    found = []
+    for path in root.rglob("*.py"):
+        if path.name == "compat.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            on_dist = isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("dist", "torch.distributed")
+            looked_up = (isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr")
+                         and len(node.args) > 1 and isinstance(node.args[1], ast.Constant))
+            named = node.attr if on_dist else node.args[1].value if looked_up else None
+            if named in versioned:
+                found.append(f"{path.relative_to(root)}:{node.lineno} {named}")
+    assert not found, found

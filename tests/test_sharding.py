@@ -11,10 +11,16 @@ import torch
 import torch.nn as nn
 
 import helpers
-from helpers import analysis, plans, sentences, theory
+import helpers.dist
+from helpers import analysis, compat, devices, plans, sentences, theory
 from helpers.measure import held_bytes
 from helpers.recipes import fsdp, sharding, zero
 from helpers.recipes.traffic import Traffic, written_bytes
+
+
+def sockets_carry(backend: str) -> bool:
+    """Whether a run's collectives are writes to its sockets that Linux counts: gloo's, on Linux."""
+    return backend == "gloo" and sys.platform == "linux"
 
 
 # --- Formulas -------------------------------------------------------------------------------
@@ -79,13 +85,30 @@ def test_held_bytes_counts_each_storage_once_and_freed_storage_not_at_all():
 def test_traffic_notes_each_collective_and_puts_the_real_ones_back():
     import torch.distributed as dist
     real = dist.all_reduce
-    with helpers.dist.distributed():  # a plain process: a group of one
+    with helpers.dist.distributed() as ctx:  # a plain process: a group of one (NCCL where a GPU is)
+        on = devices.of_group()
         with Traffic() as t:
-            dist.all_reduce(torch.ones(8))
-            zero._all_gather(torch.empty(4), torch.ones(4))
-    assert t.calls == [("all_reduce", 32), ("all_gather", 16)] and t.totals() == {"all_reduce": 32, "all_gather": 16}
-    assert dist.all_reduce is real
+            dist.all_reduce(torch.ones(8, device=on))
+            compat.all_gather_single(torch.empty(4, device=on), torch.ones(4, device=on))
+            compat.reduce_scatter_single(torch.empty(2, device=on), torch.ones(2, device=on))
+    assert t.calls == [("all_reduce", 32), ("all_gather", 16), ("reduce_scatter", 8)]
+    assert t.totals() == {"all_reduce": 32, "all_gather": 16, "reduce_scatter": 8}
+    assert dist.all_reduce is real and t.backends == {ctx.backend}
     assert (written_bytes() is None) == (sys.platform != "linux")
+    assert (t.wire_bytes is None) == (not sockets_carry(ctx.backend))
+
+
+def test_traffic_reads_no_socket_bytes_for_collectives_that_do_not_cross_the_sockets(monkeypatch):
+    """Under NCCL the bytes go over NVLink or shared memory: the process writes about 0, which is
+    not what it sent, so the count is None rather than a 0 to be compared with gloo's figure."""
+    import torch.distributed as dist
+    with helpers.dist.distributed():
+        on = devices.of_group()
+        monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+        with Traffic() as t:
+            dist.all_reduce(torch.ones(8, device=on))
+        monkeypatch.undo()
+    assert t.backends == {"nccl"} and t.calls == [("all_reduce", 32)] and t.wire_bytes is None
 
 
 def test_shard_ranges_cover_a_tensor_once():
@@ -113,7 +136,8 @@ def test_three_stages_and_fsdp2_end_with_ddps_weights_and_hold_what_the_formulas
         sent = analysis.traffic_table(r)
         assert [sent[v]["textbook"] for v in sharding.VARIANTS] == [1.0, 1.0, 1.0, 1.5, 1.5]
         assert [sent[v]["gloo"] for v in sharding.VARIANTS] == [1.0, 1.5, 1.5, 2.0, 2.0]
-        if sent["DDP"]["wire"] is not None:  # the sockets: headers on top of gloo's bytes
+        assert all((t["wire"] is None) != sockets_carry(r["backend"]) for t in sent.values()), sent
+        if sockets_carry(r["backend"]):  # the sockets: headers on top of gloo's bytes
             assert all(sent[v]["gloo"] <= sent[v]["wire"] < 1.05 * sent[v]["gloo"] for v in sent), sent
         assert r["runs"]["ZeRO-3"]["peak_gathered"] == r["largest_layer_bytes"]
 
@@ -125,6 +149,9 @@ def test_resharding_after_forward_costs_one_more_all_gather_and_no_memory_betwee
         r["n_params"], 2, "ZeRO-3", n_tensors=r["n_tensors"]).values())
     assert (on["between"], off["between"]) == (0, 4 * r["n_params"])
     assert (on["gathered"], off["gathered"]) == (2.0, 1.0)
+    for row in (on, off):
+        assert (row["wire"] is None) != sockets_carry(r["backend"])
+        assert row["wire"] is None or row["gloo"] <= row["wire"] < 1.05 * row["gloo"], row
 
 
 def test_checkpointing_keeps_what_the_formula_says():
@@ -135,10 +162,12 @@ def test_checkpointing_keeps_what_the_formula_says():
 
 
 def test_the_collectives_probe_sees_gloos_reduce_scatter_send_an_all_reduce():
-    rows = helpers.launch(sharding.collectives, nprocs=2, sizes=(2**16, 2**18, 2**20), repeats=1, show=None)[0]["rows"]
+    r = helpers.launch(sharding.collectives, nprocs=2, sizes=(2**16, 2**18, 2**20), repeats=1, show=None)[0]
+    rows = r["rows"]
     f = analysis.collective_factors(rows, 2)
     assert {op: v["gloo"] for op, v in f.items()} == {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 1.0}
-    if f["all_reduce"]["wire"] is not None:
+    assert r["backend"] == "gloo"  # whatever the job's backend: the probe's group is gloo's
+    if sockets_carry(r["backend"]):
         assert np.allclose([v["wire"] for v in f.values()], [1.0, 0.5, 1.0], rtol=0.01)
     assert [r["bytes"] for r in rows if r["op"] == "all_reduce"] == [2**16, 2**18, 2**20]
 
@@ -153,3 +182,30 @@ def test_the_comparison_runs_under_the_real_torchrun_cli():
     summary = json.loads(out.stdout[out.stdout.index("{"):])
     assert summary["p"] == 2 and summary["n_params"] == sum(p.numel() for p in helpers.models.build("wide-32x2").parameters())
 
+
+
+# --- Clocks ---------------------------------------------------------------------------------
+
+def test_every_step_time_waits_for_the_ranks_device(monkeypatch):
+    """A GPU runs its kernels after the host has queued them: each clock read must wait for the
+    rank's device first (``Timeline`` calls ``devices.sync``), or it times the queueing."""
+    waited = []
+    monkeypatch.setattr(devices, "sync", lambda device: waited.append(device))
+    r = fsdp.checkpointing(rounds=1, batch_size=8, width=32, depth=4)  # a plain process: a group of one
+    assert len(waited) == 2 * 2 * 3  # rounds (a warm-up, then 1) x modes x (start, mid, end)
+    assert set(waited) == {torch.device("cpu") if r["backend"] == "gloo" else torch.device("cuda", 0)}
+    waited.clear()
+    fsdp.reshard(steps=2, batch_size=4, width=32, depth=2)
+    assert len(waited) == 2 * 2 * 2  # settings x steps x (start, end)
+
+
+def test_the_chapters_recipes_read_the_clock_only_on_a_timeline():
+    import ast
+    from pathlib import Path
+    recipes = Path(fsdp.__file__).parent
+    names = ("fsdp", "sharding", "zero", "traffic", "model_parallel_training", "tensor_parallel", "tensor_parallel_2d")
+    for name in names:
+        tree = ast.parse((recipes / f"{name}.py").read_text())
+        clocks = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                  and n.attr in ("perf_counter", "time", "monotonic") and ast.unparse(n.value) == "time"]
+        assert not clocks, f"{name}.py reads time.* at lines {clocks}: use training.Timeline(ctx.device).now()"

@@ -47,7 +47,8 @@ def traffic(calls: list, p: int) -> dict[str, float]:
 
 def traffic_table(result: dict) -> dict[str, dict]:
     """variant -> its last step's ``traffic``, in units of the model's parameter bytes, with the
-    bytes this rank wrote to its sockets beside them (``wire``, None where not read)."""
+    bytes this rank wrote to its sockets beside them (``wire``: None where they do not show what
+    was sent, as under NCCL or off Linux; ``recipes.traffic.counts_sockets``)."""
     unit, out = result["param_bytes"], {}
     for variant, run in result["runs"].items():
         t = traffic(run["calls"], result["p"])

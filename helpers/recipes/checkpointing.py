@@ -21,7 +21,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 
-from helpers import amp, checkpoint, data
+from helpers import amp, checkpoint, data, devices
 from helpers.article import article_load_checkpoint_ddp, article_save_checkpoint_ddp
 from helpers.checkpoint import ResumableSampler
 from helpers.dist import distributed, report
@@ -158,9 +158,8 @@ def _sharded_model(ctx) -> nn.Module:
     """SimpleModel with every parameter split in row blocks across the ranks (FSDP2)."""
     model = SimpleModel().to(ctx.device)
     if ctx.world_size > 1:
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
-        fully_shard(model, mesh=init_device_mesh(ctx.device.type, (ctx.world_size,)))
+        fully_shard(model, mesh=devices.mesh(ctx.device, (ctx.world_size,)))
     return model
 
 

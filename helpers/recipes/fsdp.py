@@ -2,16 +2,19 @@
 
 ``apply_fsdp`` shards each Linear of a model as its own group, then the root, as torchtitan's
 ``apply_fsdp`` does per block: a group's parameters are all-gathered just before it runs and
-freed after. ``reshard`` measures what ``reshard_after_forward`` changes on a model whose
-states DDP could not keep within a rank's share of this machine; ``checkpointing`` measures
-what recomputing activations saves, and what it costs::
+freed after. Its mesh always comes from ``devices.mesh``: left to itself, ``fully_shard`` puts
+the parameters on ``torch._C._get_accelerator()``, a GPU on any machine that has one, even in
+gloo ranks whose inputs are on the CPU.
+
+``reshard`` measures what ``reshard_after_forward`` changes on a model whose states DDP could
+not keep within a rank's share of this machine; ``checkpointing`` measures what recomputing
+activations saves, and what it costs. Every step is timed on a ``Timeline``, which waits for a
+GPU's kernels before it reads the clock::
 
     helpers.launch(reshard, nprocs=2)
     torchrun --standalone --nproc-per-node 2 -m helpers.run fsdp.reshard
 """
 from __future__ import annotations
-
-import time
 
 import torch
 import torch.nn as nn
@@ -19,23 +22,25 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import checkpoint
 
+from helpers import devices
 from helpers.dist import distributed, report
 from helpers.measure import held_state_bytes, saved_activation_bytes
 from helpers.models import WideMLP, n_params, widths
 from helpers.recipes.traffic import Traffic
 from helpers.theory.sharding import segment_bounds
-from helpers.training import median
+from helpers.training import Timeline, median
 
 BIG = (2048, 6)  # WideMLP(width, depth): 18.4 M parameters, 295 MB of fp32 Adam training states
 
 
-def apply_fsdp(model: nn.Module, reshard_after_forward: bool = True) -> nn.Module:
-    """``fully_shard`` each Linear (one all-gather group each), then the whole model."""
+def apply_fsdp(model: nn.Module, mesh, reshard_after_forward: bool = True) -> nn.Module:
+    """``fully_shard`` each Linear (one all-gather group each), then the whole model, over the
+    1-D ``mesh`` (``devices.mesh(ctx.device, (p,))``)."""
     from torch.distributed.fsdp import fully_shard
     for layer in model.modules():
         if isinstance(layer, nn.Linear):
-            fully_shard(layer, reshard_after_forward=reshard_after_forward)
-    return fully_shard(model, reshard_after_forward=reshard_after_forward)
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
 
 
 def unsharded_bytes(model: nn.Module) -> int:
@@ -50,10 +55,11 @@ def reshard(steps: int = 2, batch_size: int = 64, width: int = BIG[0], depth: in
     the states it holds, the parameters left unsharded between forward and backward, and the
     collectives (``Traffic``)."""
     with distributed(seed) as ctx:
-        out = {"rank": ctx.rank, "p": ctx.world_size}
+        out = {"rank": ctx.rank, "p": ctx.world_size, "backend": ctx.backend}
+        mesh, clock = devices.mesh(ctx.device, (ctx.world_size,)), Timeline(ctx.device)
         for i, (name, after) in enumerate((("on", True), ("off", False))):
             torch.manual_seed(seed)
-            model = apply_fsdp(WideMLP(width, depth).to(ctx.device), reshard_after_forward=after)
+            model = apply_fsdp(WideMLP(width, depth).to(ctx.device), mesh, reshard_after_forward=after)
             optimizer = torch.optim.Adam(model.parameters(), lr=lr)
             gen = torch.Generator().manual_seed(seed + ctx.rank)
             x = torch.randn(batch_size, 784, generator=gen).to(ctx.device)
@@ -61,14 +67,14 @@ def reshard(steps: int = 2, batch_size: int = 64, width: int = BIG[0], depth: in
             times, between = [], 0
             for step in range(steps):
                 with Traffic() as traffic:  # the last step's collectives are the ones kept
-                    start = time.perf_counter()
+                    start = clock.now()
                     loss = F.cross_entropy(model(x), y)
                     between = unsharded_bytes(model)
                     loss.backward()
                     optimizer.step()
                     held = held_state_bytes(model.parameters(), optimizer)
                     optimizer.zero_grad()
-                    times.append(time.perf_counter() - start)
+                    times.append(clock.now() - start)
                 report(i * steps + step + 1, 2 * steps)
             out[name] = {"states": held, "between_bytes": between, "calls": traffic.calls,
                           "wire_bytes": traffic.wire_bytes, "step_s": median(times[1:] or times)}
@@ -108,20 +114,20 @@ def checkpointing(rounds: int = 3, batch_size: int = 128, width: int = BIG[0], d
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(batch_size, 784, generator=gen).to(ctx.device)
         y = torch.randint(0, 10, (batch_size,), generator=gen).to(ctx.device)
-        kept, times, box = {}, {"plain": [], "checkpointed": []}, {}
+        kept, times, box, clock = {}, {"plain": [], "checkpointed": []}, {}, Timeline(ctx.device)
         for r in range(rounds + 1):
             for mode in ("plain", "checkpointed") if r % 2 else ("checkpointed", "plain"):
                 model.ac = mode == "checkpointed"
-                start = time.perf_counter()
+                start = clock.now()
                 kept[mode] = saved_activation_bytes(model, lambda: box.update(loss=F.cross_entropy(model(x), y)))
-                mid = time.perf_counter()
+                mid = clock.now()
                 box["loss"].backward()
-                end = time.perf_counter()
+                end = clock.now()
                 model.zero_grad(set_to_none=True)
                 if r:  # round 0 warms up
                     times[mode].append((mid - start, end - mid))
             report(r + 1, rounds + 1)
-        return {"rank": ctx.rank, "kept": {mode: k["activations"] for mode, k in kept.items()},
+        return {"rank": ctx.rank, "backend": ctx.backend, "kept": {mode: k["activations"] for mode, k in kept.items()},
                 "forward_s": {mode: median(t[0] for t in ts) for mode, ts in times.items()},
                 "backward_s": {mode: median(t[1] for t in ts) for mode, ts in times.items()},
                 "step_s": {mode: median(a + b for a, b in ts) for mode, ts in times.items()},

@@ -18,8 +18,6 @@ With the same seed and the same global batches, all three follow the same loss c
 """
 from __future__ import annotations
 
-import time
-
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -28,7 +26,7 @@ from helpers.dist import distributed, report
 from helpers.models import ThreeLayerMLP
 from helpers.recipes.model_parallel import naive_step
 from helpers.topology import Topology
-from helpers.training import snapshot
+from helpers.training import Timeline, snapshot
 
 
 def train(dp: int = 1, pp: int = 2, epochs: int = 5, batch_size: int = 64, lr: float = 0.05,
@@ -43,7 +41,7 @@ def train(dp: int = 1, pp: int = 2, epochs: int = 5, batch_size: int = 64, lr: f
         topo = Topology(dp=dp, pp=pp).check(ctx.world_size)
         if pp != 2:
             raise ValueError(f"ThreeLayerMLP.stages() cuts the article's model in 2, not {pp}")
-        mesh = topo.build_mesh(ctx.device.type)
+        mesh = topo.build_mesh(ctx.device)
         dp_rank, pp_rank = topo.coords(ctx.rank)
         assert (mesh.get_local_rank("dp"), mesh.get_local_rank("pp")) == (dp_rank, pp_rank)
         pipeline = topo.stage_ranks(dp_rank)
@@ -61,8 +59,8 @@ def train(dp: int = 1, pp: int = 2, epochs: int = 5, batch_size: int = 64, lr: f
 
         x_all, y_all = load(train=True).tensors
         batches = replica_batches(len(y_all), batch_size, epochs, seed, dp, dp_rank, max_steps)
-        losses = []
-        start = time.perf_counter()
+        losses, clock = [], Timeline(ctx.device)
+        start = clock.now()
         for step, idx in enumerate(batches, 1):
             optimizer.zero_grad()
             _, loss = naive_step(stage, x_all[idx], y_all[idx], prev_rank, next_rank)
@@ -73,6 +71,6 @@ def train(dp: int = 1, pp: int = 2, epochs: int = 5, batch_size: int = 64, lr: f
         mine = {name for name, layer in model.named_children()
                 if any(layer is m for m in stage.modules())}
         return {"rank": ctx.rank, "dp_rank": dp_rank, "pp_rank": pp_rank, "steps": len(batches),
-                "seconds": time.perf_counter() - start, "losses": losses,
+                "seconds": clock.now() - start, "losses": losses,
                 "dp_group": mesh["dp"].mesh.tolist(), "pp_group": mesh["pp"].mesh.tolist(),
                 "state": {k: v for k, v in snapshot(model).items() if k.split(".")[0] in mine}}

@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.tensor.debug import CommDebugMode
 
+from helpers import devices
 from helpers.dist import distributed
 
 
@@ -261,10 +262,9 @@ def block_equality(hidden: int = 64, heads: int = 4, batch: int = 4, seq: int = 
     """Each block three ways on t = world-size ranks: whole, by hand, and with ``parallelize_module``
     (attention also with a Colwise plan alone, no ``PrepareModuleInput``). Each returns its output,
     the input's gradient, the block's whole gradients, and the collectives it made."""
-    from torch.distributed.device_mesh import init_device_mesh
     with distributed(seed) as ctx:
         t, rank = ctx.world_size, ctx.rank
-        mesh = init_device_mesh(ctx.device.type, (t,), mesh_dim_names=("tp",))
+        mesh = devices.mesh(ctx.device, (t,), ("tp",))
         x = torch.randn(batch, seq, hidden, device=ctx.device)  # the same seed: the same x everywhere
         results = {}
         for kind, make in BLOCKS.items():

@@ -143,9 +143,9 @@ def strategy_costs(hidden: int = 64, heads: int = 4, layers: int = 2, batch: int
             raise ValueError(f"the last step is the one counted, and steps 1 and 2 set up: steps >= 3, not {steps}")
         if heads % p:
             raise ValueError(f"TP over {p} ranks gives each whole heads: heads = {heads} must be a multiple of {p}")
-        dp_mesh, tp_mesh = (Topology(**{k: p}).build_mesh(ctx.device.type)[k] for k in ("dp", "tp"))
+        dp_mesh, tp_mesh = (Topology(**{k: p}).build_mesh(ctx.device)[k] for k in ("dp", "tp"))
         topo = Topology(dp=2, tp=p // 2).check(p)
-        mesh = topo.build_mesh(ctx.device.type)  # ("dp", "tp"): FSDP over rows, TP within a row
+        mesh = topo.build_mesh(ctx.device)  # ("dp", "tp"): FSDP over rows, TP within a row
         dp_rank = topo.coords(ctx.rank)[0]
         layouts = {  # name: (model, dp size, this rank's replica)
             "DDP": (apply_ddp(fresh(), ctx, dp_mesh), p, ctx.rank),

@@ -22,15 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-
-# torch 2.14 names the one-tensor collectives *_single; 2.7 has only the older names. Looked up
-# at each call, so that a wrapper put on ``torch.distributed`` (``recipes.traffic``) sees them.
-def _all_gather(out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
-    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp, group=group)
-
-
-def _reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
-    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp, group=group)
+from helpers.compat import all_gather_single, reduce_scatter_single
 
 
 def shard_range(numel: int, rank: int, p: int) -> tuple[int, int]:
@@ -47,7 +39,7 @@ def reduce_scatter_mean(full: torch.Tensor, rank: int, p: int) -> torch.Tensor:
     flat = torch.zeros(chunk * p, dtype=full.dtype, device=full.device)
     flat[:full.numel()] = full.reshape(-1)
     out = torch.empty(chunk, dtype=full.dtype, device=full.device)
-    _reduce_scatter(out, flat)
+    reduce_scatter_single(out, flat)
     start, end = shard_range(full.numel(), rank, p)
     return out[:end - start].div_(p)
 
@@ -59,10 +51,10 @@ def all_gather_into(out: torch.Tensor, shard: torch.Tensor, p: int) -> torch.Ten
     padded = torch.zeros(chunk, dtype=shard.dtype, device=shard.device)
     padded[:shard.numel()] = shard
     if chunk * p == out.numel():
-        _all_gather(out, padded)
+        all_gather_single(out, padded)
     else:
         full = torch.empty(chunk * p, dtype=shard.dtype, device=shard.device)
-        _all_gather(full, padded)
+        all_gather_single(full, padded)
         out.copy_(full[:out.numel()])
     return out
 
