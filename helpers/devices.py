@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from .machine import Machine
+from .machine import this as this_machine
 
 
 def pinned_backend(recipe: Callable) -> str | None:
@@ -41,7 +42,7 @@ def for_rank(backend: str, local_rank: int = 0, m: Machine | None = None) -> tor
     """
     if backend != "nccl":
         return torch.device("cpu")
-    gpus = m.n_gpus if m is not None else torch.cuda.device_count()
+    gpus = (m or this_machine()).n_gpus
     if local_rank >= gpus:
         raise RuntimeError(
             f"NCCL needs a GPU of its own for every rank on a host: LOCAL_RANK {local_rank} has none "

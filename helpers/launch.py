@@ -236,15 +236,15 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     ``init_process_group()`` joins the job.
 
     show:        ranks whose output is streamed into the cell: a rank, a list, "all" or None.
-    backend:     None picks NCCL when every rank can own a GPU, else gloo; a recipe whose module
-                 pins one (``BACKEND = "gloo"``, see ``devices.pinned_backend``) gets that.
+    backend:     None: what the recipe's module pins (``devices.pinned_backend``), else NCCL when every
+                 rank can own a GPU, else gloo.
     threads:     torch threads per rank; default: this machine's cores // nprocs.
     timeout:     seconds before the ranks are killed and LaunchTimeout is raised (all attempts).
     max_restarts: how many times the elastic agent may restart the job after a rank fails;
                  a restarted rank sees TORCHELASTIC_RESTART_COUNT (``protocol.restart_count``).
     on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
     """
-    backend = backend or devices.pinned_backend(fn)  # a recipe that studies gloo runs on gloo
+    backend = backend or devices.pinned_backend(fn)
     _check_args(nprocs, backend, timeout, max_restarts)
     _check_importable(fn)
     try:
@@ -256,9 +256,8 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         warnings.warn(note, SharedCoresWarning, stacklevel=2)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
-    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo"}
-    if backend:
-        env[protocol.BACKEND] = backend
+    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo",
+           **({protocol.BACKEND: backend} if backend else {})}
     if threads:
         env[protocol.THREADS] = str(threads)
     spec = RankSpec(fn, args, kwargs, str(run_dir), env)
