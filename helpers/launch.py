@@ -8,8 +8,7 @@ that engine this module adds what a notebook needs:
 * the agent runs in a thread, so the cell's own thread can stream every rank's
   output, draw rank 0's progress, enforce a timeout and catch the stop button;
 * a failing rank becomes one ``RankError`` carrying that rank's traceback;
-* workers fork from a forkserver that has torch preloaded, so only the first
-  launch in a kernel pays torch's import time;
+* workers fork from a forkserver with torch preloaded: only a kernel's first launch imports it;
 * whatever happens, no worker outlives the call.
 
 Locality: ranks address each other at 127.0.0.1, gloo is pinned to the loopback
