@@ -5,7 +5,7 @@ the same argv for a cluster, and the SLURM script carries the same line::
 
     argv = cluster.torchrun_argv("multinode.whoami", nnodes=2, nproc=1, endpoint="127.0.0.1:29500",
                                  node=0, local_addr="127.0.0.1")
-    runs = cluster.run_nodes([argv0, argv1], env=cluster.interface_env("lo"), timeout=60)
+    runs = cluster.run_nodes([argv0, argv1], env=cluster.shared_host_env(2), timeout=60)
     cluster.slurm_script("multinode.whoami", nodes=4, nproc=8, interface="eth0")
 
 ``run_nodes`` starts each node as a subprocess in its own session, watches the TCP
@@ -14,6 +14,7 @@ sockets of its process tree while it runs, and kills whatever is left however it
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import socket
@@ -24,6 +25,10 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+
+from . import plans, protocol
+from .machine import Machine
+from .machine import this as this_machine
 
 RDZV_PORT = 29500  # torchrun's usual rendezvous port; on loopback the OS picks a free one instead
 LOOPBACK = "lo"
@@ -80,6 +85,20 @@ def recipe_args(args: dict | None) -> list[str]:
 def interface_env(interface: str) -> dict[str, str]:
     """Which network interface gloo and NCCL open their data sockets on (not the rendezvous's)."""
     return {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
+
+
+def shared_host_env(ranks: int, interface: str = LOOPBACK, m: Machine | None = None) -> dict[str, str]:
+    """The environment of torchrun agents that share one host (loopback "nodes", network namespaces):
+    gloo on ``interface``, and each of the host's ``ranks`` its share of the cores.
+
+    Why gloo, even where GPUs are: each agent counts its own ranks from ``LOCAL_RANK`` 0 and sets
+    ``LOCAL_WORLD_SIZE`` to them alone, so with one rank per agent every rank believes it has the
+    host's GPUs to itself, picks NCCL and takes cuda:0, and NCCL refuses two ranks of a group on
+    one GPU ("Duplicate GPU detected"). Why the threads: each agent would split every core among
+    its own ranks only, so the host's cores would be taken once per agent.
+    """
+    m = m or this_machine()
+    return {**interface_env(interface), protocol.BACKEND: "gloo", protocol.THREADS: str(m.threads_per_rank(ranks))}
 
 
 def loopback_argvs(recipe: str, *, nnodes: int = 2, nproc: int = 1, port: int | None = None,
@@ -219,14 +238,30 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(procs[1:], timeout=5)
 
 
+def host_job(argvs: list[list[str]], env: dict[str, str]) -> plans.HostJob | None:
+    """The torchrun agents that ``argvs`` start on this host, and the backend ``env`` sets for them
+    (None where they are not torchrun agents)."""
+    if not argvs or any("--nproc-per-node" not in a for a in argvs):
+        return None
+    nproc = {int(a[a.index("--nproc-per-node") + 1]) for a in argvs}
+    if len(nproc) != 1:
+        return None
+    return plans.HostJob(len(argvs), nproc.pop(), env.get(protocol.BACKEND) or None)
+
+
 def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout: float = 60,
               interval: float = 0.1) -> list[NodeRun]:
     """Start every node at once, watch their sockets until all exit, and never leave one running.
+
+    torchrun agents that would put two NCCL ranks on one of this host's GPUs are refused first
+    (``plans.place_ranks``): NCCL would refuse them only later, inside the ranks.
 
     Past ``timeout`` seconds, or on any exception (a KeyboardInterrupt too), the ``finally``
     kills every node's whole process tree; a node that was killed has returncode -9.
     """
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    if job := host_job(argvs, full_env):  # refused before anything starts, not by NCCL inside the ranks
+        plans.place_ranks(this_machine(), job)
     runs, procs, logs = [NodeRun(a) for a in argvs], [], []
     try:
         for argv in argvs:
@@ -250,6 +285,15 @@ def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout
             run.stdout = log.read()
             log.close()
     return runs
+
+
+def printed_result(runs: list[NodeRun]) -> dict:
+    """Rank 0's result as ``helpers.run`` printed it: the last JSON object in the output of the node
+    that the rendezvous gave RANK 0 (under the CLI no other rank prints one)."""
+    for run in runs:
+        if "\n{" in run.stdout:
+            return json.loads(run.stdout[run.stdout.rindex("\n{") + 1:run.stdout.rindex("}") + 1])
+    raise ValueError("no node printed a result:\n" + "\n".join(r.stdout[-2000:] for r in runs))
 
 
 def listening(runs: list[NodeRun]) -> list[tuple]:

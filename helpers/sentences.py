@@ -115,8 +115,32 @@ def speedup(m: Machine) -> dict[str, str]:
             "weak_claim": "(asserted higher)", "past_claim": past}
 
 
+def _one_thread(nprocs: int, backend: str) -> str:
+    ranks = f"{nprocs} rank{'s' if nprocs != 1 else ''}"
+    if backend == "nccl":
+        return f"{ranks} on {nprocs} GPU{'s' if nprocs != 1 else ''}, one each, over NCCL"
+    return f"{ranks} on the CPU over gloo, one thread each"
+
+
 def ddp_training(m: Machine) -> dict[str, str]:
-    return _runs(m, "05_1_ddp_training")
+    """5.1: every training run gives each rank one thread; the throughput pairs follow
+    ``plans.throughput_backends``; the two torchrun nodes share this host."""
+    pairs = plans.throughput_backends(m)
+    pair = [f"{_one_thread(1, b)}, then {_one_thread(2, b)}" for b in pairs]
+    runs = (f"On this machine ({m.describe()}), the live run below ran as {_one_thread(2, m.backend(2))}, "
+            f"and the throughput runs as {'; and again as '.join(pair)}.")
+    if len(pairs) > 1:
+        tp_where = ("Both ran over NCCL, one GPU per rank. The same pair then ran over gloo on the CPU, "
+                    "one thread per rank: chapter 4.3's fits, used for the prediction below, were measured "
+                    "that way")
+        against = "the pair that ran over gloo on the CPU, as 4.3's fits were measured (not the GPU pair)"
+    else:
+        why = (": one GPU cannot hold two ranks, and a one-rank GPU step set against a two-rank CPU step "
+               "would compare devices, not rank counts" if m.n_gpus == 1 else "")
+        tp_where = f"Both ran over gloo on the CPU, one thread per rank{why}"
+        against = "the same pair, which ran over gloo on the CPU as 4.3's fits were measured"
+    return {"runs_where": runs, "tp_where": tp_where, "pred_against": against,
+            "nodes_where": _loopback_nodes(m, "the two nodes below")}
 
 
 def prediction(m: Machine) -> dict[str, str]:
@@ -167,12 +191,16 @@ def sharding(m: Machine) -> dict[str, str]:
 
 def elastic(m: Machine) -> dict[str, str]:
     """7.1: its two loopback "nodes" share this machine, so they run gloo even where GPUs are."""
+    return {"el_nodes_backend": _loopback_nodes(m, "the two nodes below"), **_runs(m, "07_1_elastic")}
+
+
+def _loopback_nodes(m: Machine, nodes: str) -> str:
+    """Where torchrun agents that share this host run (``cluster.shared_host_env``): gloo on the CPU."""
     if m.n_gpus:
-        nodes = (f"This machine has {m.n_gpus} GPU{'s' if m.n_gpus > 1 else ''}, but the two nodes below "
-                 "share them, so they run gloo on the CPU: NCCL refuses two ranks on one GPU")
-    else:
-        nodes = "The two nodes below run gloo on the CPU, as every job on this machine does"
-    return {"el_nodes_backend": nodes, **_runs(m, "07_1_elastic")}
+        return (f"This machine has {m.n_gpus} GPU{'s' if m.n_gpus > 1 else ''}, but {nodes} share "
+                f"{'them' if m.n_gpus > 1 else 'it'}, so they run gloo on the CPU: each agent numbers its "
+                "ranks from LOCAL_RANK 0, so both would take cuda:0, and NCCL refuses two ranks on one GPU")
+    return f"{nodes[0].upper()}{nodes[1:]} run gloo on the CPU, as every job on this machine does"
 
 
 def hangs(m: Machine) -> dict[str, str]:

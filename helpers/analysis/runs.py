@@ -1,4 +1,5 @@
-"""Whole runs reduced and compared: assembled stages (5.3), tensors (3.2, 5.4), DDP throughput (5.1, 5.2)."""
+"""Whole runs reduced and compared: assembled stages (5.3), tensors (3.2, 5.4), DDP throughput and
+where it ran (5.1, 5.2)."""
 from __future__ import annotations
 
 import numpy as np
@@ -47,3 +48,21 @@ def same_state(a: dict, b: dict) -> bool:
     """Whether two state dicts hold the same names and bit-identical tensors."""
     import torch
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def ran_on(result: dict) -> str:
+    """Where a ``ddp_mnist.train`` run ran, in words, from rank 0's own record of it."""
+    if result["device"].startswith("cuda"):
+        n = result["world_size"]
+        return f"over NCCL on {'a GPU' if n == 1 else f'{n} GPUs'}"
+    return f"over {result['backend']} on the CPU"
+
+
+def second_rank_verdict(predicted_ratio: float) -> str:
+    """What a predicted 2-rank / 1-rank throughput ratio says about the second rank, in words."""
+    if predicted_ratio < 1.2:
+        return ("so a second rank barely pays here: at 64 images a step, there is too little compute "
+                "to pay for an all_reduce")
+    if predicted_ratio < 1.6:
+        return "so a second rank pays here, in part: the all_reduce takes much of what it saves"
+    return "so a second rank nearly doubles the throughput here: the step's compute dwarfs its all_reduce"
