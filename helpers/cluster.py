@@ -14,7 +14,6 @@ sockets of its process tree while it runs, and kills whatever is left however it
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import socket
@@ -91,11 +90,9 @@ def shared_host_env(ranks: int, interface: str = LOOPBACK, m: Machine | None = N
     """The environment of torchrun agents that share one host (loopback "nodes", network namespaces):
     gloo on ``interface``, and each of the host's ``ranks`` its share of the cores.
 
-    Why gloo, even where GPUs are: each agent counts its own ranks from ``LOCAL_RANK`` 0 and sets
-    ``LOCAL_WORLD_SIZE`` to them alone, so with one rank per agent every rank believes it has the
-    host's GPUs to itself, picks NCCL and takes cuda:0, and NCCL refuses two ranks of a group on
-    one GPU ("Duplicate GPU detected"). Why the threads: each agent would split every core among
-    its own ranks only, so the host's cores would be taken once per agent.
+    Gloo even where GPUs are: each agent numbers its own ranks from ``LOCAL_RANK`` 0, so every
+    agent's first rank would pick NCCL on cuda:0, and NCCL refuses two ranks of a group on one GPU
+    ("Duplicate GPU detected"). Each agent would also split all the cores among its own ranks alone.
     """
     m = m or this_machine()
     return {**interface_env(interface), protocol.BACKEND: "gloo", protocol.THREADS: str(m.threads_per_rank(ranks))}
@@ -239,22 +236,18 @@ def kill_tree(pid: int) -> None:
 
 
 def host_job(argvs: list[list[str]], env: dict[str, str]) -> plans.HostJob | None:
-    """The torchrun agents that ``argvs`` start on this host, and the backend ``env`` sets for them
-    (None where they are not torchrun agents)."""
-    if not argvs or any("--nproc-per-node" not in a for a in argvs):
+    """The torchrun agents ``argvs`` start on this host, with the backend ``env`` sets; else None."""
+    nprocs = {a[a.index("--nproc-per-node") + 1] if "--nproc-per-node" in a else None for a in argvs}
+    if len(nprocs) != 1 or None in nprocs:
         return None
-    nproc = {int(a[a.index("--nproc-per-node") + 1]) for a in argvs}
-    if len(nproc) != 1:
-        return None
-    return plans.HostJob(len(argvs), nproc.pop(), env.get(protocol.BACKEND) or None)
+    return plans.HostJob(len(argvs), int(nprocs.pop()), env.get(protocol.BACKEND) or None)
 
 
 def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout: float = 60,
               interval: float = 0.1) -> list[NodeRun]:
     """Start every node at once, watch their sockets until all exit, and never leave one running.
 
-    torchrun agents that would put two NCCL ranks on one of this host's GPUs are refused first
-    (``plans.place_ranks``): NCCL would refuse them only later, inside the ranks.
+    Agents that would put two NCCL ranks on one GPU are refused first (``plans.place_ranks``).
 
     Past ``timeout`` seconds, or on any exception (a KeyboardInterrupt too), the ``finally``
     kills every node's whole process tree; a node that was killed has returncode -9.
@@ -285,15 +278,6 @@ def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout
             run.stdout = log.read()
             log.close()
     return runs
-
-
-def printed_result(runs: list[NodeRun]) -> dict:
-    """Rank 0's result as ``helpers.run`` printed it: the last JSON object in the output of the node
-    that the rendezvous gave RANK 0 (under the CLI no other rank prints one)."""
-    for run in runs:
-        if "\n{" in run.stdout:
-            return json.loads(run.stdout[run.stdout.rindex("\n{") + 1:run.stdout.rindex("}") + 1])
-    raise ValueError("no node printed a result:\n" + "\n".join(r.stdout[-2000:] for r in runs))
 
 
 def listening(runs: list[NodeRun]) -> list[tuple]:

@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from . import checkpoint, cluster, protocol
+from . import analysis, checkpoint, cluster, protocol
 from .launch import SEPARATE_STORE, LaunchTimeout, RankError, launch
 from .machine import this as this_machine
 from .recipes import elastic
@@ -91,7 +91,7 @@ def _run(argvs: list[list[str]], env: dict[str, str], folder: str, timeout: floa
     seconds = time.perf_counter() - start
     if nodes[0].returncode != 0:
         raise RuntimeError(f"node 0 ended with {nodes[0].returncode}:\n{nodes[0].stdout[-3000:]}")
-    return CliRun(argvs, nodes, cluster.printed_result(nodes), seconds, checkpoint.read(checkpoint.latest(folder)))
+    return CliRun(argvs, nodes, analysis.printed_result(nodes), seconds, checkpoint.read(checkpoint.latest(folder)))
 
 
 def torchrun_restart(folder: str, timeout: float = 120, **train) -> CliRun:

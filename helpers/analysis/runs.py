@@ -2,6 +2,8 @@
 where it ran (5.1, 5.2)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from ..training import median
@@ -66,3 +68,12 @@ def second_rank_verdict(predicted_ratio: float) -> str:
     if predicted_ratio < 1.6:
         return "so a second rank pays here, in part: the all_reduce takes much of what it saves"
     return "so a second rank nearly doubles the throughput here: the step's compute dwarfs its all_reduce"
+
+
+def printed_result(runs: list) -> dict:
+    """Rank 0's result from a torchrun job's nodes (``cluster.NodeRun``): the last JSON object
+    ``helpers.run`` printed, on whichever node the rendezvous gave RANK 0 (no other rank prints one)."""
+    for run in runs:
+        if "\n{" in run.stdout:
+            return json.loads(run.stdout[run.stdout.rindex("\n{") + 1:run.stdout.rindex("}") + 1])
+    raise ValueError("no node printed a result:\n" + "\n".join(r.stdout[-2000:] for r in runs))
