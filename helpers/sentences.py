@@ -115,20 +115,17 @@ def speedup(m: Machine) -> dict[str, str]:
             "weak_claim": "(asserted higher)", "past_claim": past}
 
 
-def _one_thread(nprocs: int, backend: str) -> str:
-    ranks = f"{nprocs} rank{'s' if nprocs != 1 else ''}"
-    if backend == "nccl":
-        return f"{ranks} on {nprocs} GPU{'s' if nprocs != 1 else ''}, one each, over NCCL"
-    return f"{ranks} on the CPU over gloo, one thread each"
+def _where(backend: str) -> str:
+    return "on GPUs, one each, over NCCL" if backend == "nccl" else "on the CPU over gloo"
 
 
 def ddp_training(m: Machine) -> dict[str, str]:
-    """5.1: every training run gives each rank one thread; the throughput pairs follow
+    """5.1: the live and throughput runs give each rank one thread; the throughput pairs follow
     ``plans.throughput_backends``; the two torchrun nodes share this host."""
     pairs = plans.throughput_backends(m)
-    pair = [f"{_one_thread(1, b)}, then {_one_thread(2, b)}" for b in pairs]
-    runs = (f"On this machine ({m.describe()}), the live run below ran as {_one_thread(2, m.backend(2))}, "
-            f"and the throughput runs as {'; and again as '.join(pair)}.")
+    runs = (f"On this machine ({m.describe()}), the live run below ran as 2 ranks {_where(m.backend(2))}, "
+            f"and the throughput runs as 1 rank, then 2, {', and again '.join(_where(b) for b in pairs)}; "
+            "each of their ranks had one thread.")
     if len(pairs) > 1:
         tp_where = ("Both ran over NCCL, one GPU per rank. The same pair then ran over gloo on the CPU, "
                     "one thread per rank: chapter 4.3's fits, used for the prediction below, were measured "
