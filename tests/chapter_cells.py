@@ -170,7 +170,7 @@ def _command_job(src: str) -> tuple[int, int]:
 def torchrun_jobs(path: Path, helper_jobs: Callable[[str], list] = lambda name: []) -> list:
     """Every torchrun job the chapter starts as subprocesses on this host, as ``plans.HostJob``s:
     ``cluster.run_nodes`` of argvs built by ``helpers.cluster``, any ``subprocess`` call in a cell
-    that writes out a torchrun command, and the jobs of the helpers that start their own
+    that writes out a torchrun command, ``netns.two_hosts``, and the jobs of the helpers that start their own
     (``helper_jobs(name)`` lists those, the test records them)."""
     from helpers import plans
     names, found = _assignments(path), []
@@ -186,6 +186,8 @@ def torchrun_jobs(path: Path, helper_jobs: Callable[[str], list] = lambda name: 
                 found.append(plans.HostJob(*shape, env_backend(env, dict(names))))
             elif func.startswith("subprocess.") and any(w in src for w in TORCHRUN_WORDS):
                 found.append(plans.HostJob(*_command_job(src), env_backend(env, dict(names))))
+            elif func.endswith("two_hosts"):  # netns: 2 agents of one rank, one in each namespace
+                found.append(plans.HostJob(2, 1, env_backend(env, dict(names))))
             elif func in HELPER_JOBS:
                 found += helper_jobs(func)
     return found
