@@ -5,7 +5,7 @@ the same argv for a cluster, and the SLURM script carries the same line::
 
     argv = cluster.torchrun_argv("multinode.whoami", nnodes=2, nproc=1, endpoint="127.0.0.1:29500",
                                  node=0, local_addr="127.0.0.1")
-    runs = cluster.run_nodes([argv0, argv1], env=cluster.interface_env("lo"), timeout=60)
+    runs = cluster.run_nodes([argv0, argv1], env=cluster.shared_host_env(2), timeout=60)
     cluster.slurm_script("multinode.whoami", nodes=4, nproc=8, interface="eth0")
 
 ``run_nodes`` starts each node as a subprocess in its own session, watches the TCP
@@ -24,6 +24,10 @@ import time
 from dataclasses import dataclass, field
 
 import psutil
+
+from . import plans, protocol
+from .machine import Machine
+from .machine import this as this_machine
 
 RDZV_PORT = 29500  # torchrun's usual rendezvous port; on loopback the OS picks a free one instead
 LOOPBACK = "lo"
@@ -80,6 +84,18 @@ def recipe_args(args: dict | None) -> list[str]:
 def interface_env(interface: str) -> dict[str, str]:
     """Which network interface gloo and NCCL open their data sockets on (not the rendezvous's)."""
     return {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
+
+
+def shared_host_env(ranks: int, interface: str = LOOPBACK, m: Machine | None = None) -> dict[str, str]:
+    """The environment of torchrun agents that share one host (loopback "nodes", network namespaces):
+    gloo on ``interface``, and each of the host's ``ranks`` its share of the cores.
+
+    Gloo even where GPUs are: each agent numbers its own ranks from ``LOCAL_RANK`` 0, so every
+    agent's first rank would pick NCCL on cuda:0, and NCCL refuses two ranks of a group on one GPU
+    ("Duplicate GPU detected"). Each agent would also split all the cores among its own ranks alone.
+    """
+    m = m or this_machine()
+    return {**interface_env(interface), protocol.BACKEND: "gloo", protocol.THREADS: str(m.threads_per_rank(ranks))}
 
 
 def loopback_argvs(recipe: str, *, nnodes: int = 2, nproc: int = 1, port: int | None = None,
@@ -219,14 +235,26 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(procs[1:], timeout=5)
 
 
+def host_job(argvs: list[list[str]], env: dict[str, str]) -> plans.HostJob | None:
+    """The torchrun agents ``argvs`` start on this host, with the backend ``env`` sets; else None."""
+    nprocs = {a[a.index("--nproc-per-node") + 1] if "--nproc-per-node" in a else None for a in argvs}
+    if len(nprocs) != 1 or None in nprocs:
+        return None
+    return plans.HostJob(len(argvs), int(nprocs.pop()), env.get(protocol.BACKEND) or None)
+
+
 def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout: float = 60,
               interval: float = 0.1) -> list[NodeRun]:
     """Start every node at once, watch their sockets until all exit, and never leave one running.
+
+    Agents that would put two NCCL ranks on one GPU are refused first (``plans.place_ranks``).
 
     Past ``timeout`` seconds, or on any exception (a KeyboardInterrupt too), the ``finally``
     kills every node's whole process tree; a node that was killed has returncode -9.
     """
     full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+    if job := host_job(argvs, full_env):  # refused before anything starts, not by NCCL inside the ranks
+        plans.place_ranks(this_machine(), job)
     runs, procs, logs = [NodeRun(a) for a in argvs], [], []
     try:
         for argv in argvs:

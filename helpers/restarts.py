@@ -11,14 +11,13 @@ CLI, as one node or as two nodes on loopback (``helpers.cluster``), one of which
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from . import checkpoint, cluster, protocol
+from . import analysis, checkpoint, cluster, protocol
 from .launch import SEPARATE_STORE, LaunchTimeout, RankError, launch
 from .machine import this as this_machine
 from .recipes import elastic
@@ -70,13 +69,8 @@ def rejoin_trial(shared_store: bool, timeout: float = 10.0) -> Outcome:
 # --- The same restarts under the torchrun CLI, one node or two -----------------------------------
 
 def _env(ranks: int) -> dict[str, str]:
-    """Each of the machine's ``ranks`` its share of the cores (an agent counts only its own ranks)."""
+    """One agent of ``ranks`` ranks: gloo's sockets on loopback, each rank its share of the cores."""
     return {**cluster.interface_env("lo"), protocol.THREADS: str(this_machine().threads_per_rank(ranks))}
-
-
-def _summary(run: cluster.NodeRun) -> dict:
-    """Rank 0's result as ``helpers.run`` printed it: the last JSON object in its node's output."""
-    return json.loads(run.stdout[run.stdout.rindex("\n{") + 1:run.stdout.rindex("}") + 1])
 
 
 @dataclass
@@ -97,7 +91,7 @@ def _run(argvs: list[list[str]], env: dict[str, str], folder: str, timeout: floa
     seconds = time.perf_counter() - start
     if nodes[0].returncode != 0:
         raise RuntimeError(f"node 0 ended with {nodes[0].returncode}:\n{nodes[0].stdout[-3000:]}")
-    return CliRun(argvs, nodes, _summary(nodes[0]), seconds, checkpoint.read(checkpoint.latest(folder)))
+    return CliRun(argvs, nodes, analysis.printed_result(nodes), seconds, checkpoint.read(checkpoint.latest(folder)))
 
 
 def torchrun_restart(folder: str, timeout: float = 120, **train) -> CliRun:
@@ -117,5 +111,4 @@ def lose_a_node(folder: str, timeout: float = 120, last_call: int = 2, **train) 
     argvs = cluster.loopback_argvs("elastic.train", nnodes=2, min_nodes=1, max_restarts=1,
                                    rdzv_conf={"last_call_timeout": last_call},
                                    args={"folder": folder, "how": "node", "fail_rank": 1, **train})
-    # Both "nodes" share this machine's GPUs, and NCCL refuses two ranks on one GPU: gloo.
-    return _run(argvs, {**_env(2), protocol.BACKEND: "gloo"}, folder, timeout)
+    return _run(argvs, cluster.shared_host_env(2), folder, timeout)  # both "nodes" are this host

@@ -142,8 +142,29 @@ def speedup(m: Machine) -> dict[str, str]:
             "weak_claim": "(asserted higher)", "past_claim": past}
 
 
+def _where(backend: str) -> str:
+    return "on GPUs, one each, over NCCL" if backend == "nccl" else "on the CPU over gloo"
+
+
 def ddp_training(m: Machine) -> dict[str, str]:
-    return _runs(m, "05_1_ddp_training")
+    """5.1: the live and throughput runs give each rank one thread; the throughput pairs follow
+    ``plans.throughput_backends``; the two torchrun nodes share this host."""
+    pairs = plans.throughput_backends(m)
+    runs = (f"On this machine ({m.describe()}), the live run below ran as 2 ranks {_where(m.backend(2))}, "
+            f"and the throughput runs as 1 rank, then 2, {', and again '.join(_where(b) for b in pairs)}; "
+            "each of their ranks had one thread.")
+    if len(pairs) > 1:
+        tp_where = ("Both ran over NCCL, one GPU per rank. The same pair then ran over gloo on the CPU, "
+                    "one thread per rank: chapter 4.3's fits, used for the prediction below, were measured "
+                    "that way")
+        against = "the pair that ran over gloo on the CPU, as 4.3's fits were measured (not the GPU pair)"
+    else:
+        why = (": one GPU cannot hold two ranks, and a one-rank GPU step set against a two-rank CPU step "
+               "would compare devices, not rank counts" if m.n_gpus == 1 else "")
+        tp_where = f"Both ran over gloo on the CPU, one thread per rank{why}"
+        against = "the same pair, which ran over gloo on the CPU as 4.3's fits were measured"
+    return {"runs_where": runs, "tp_where": tp_where, "pred_against": against,
+            "nodes_where": _loopback_nodes(m, "the two nodes below")}
 
 
 def prediction(m: Machine) -> dict[str, str]:
@@ -194,12 +215,16 @@ def sharding(m: Machine) -> dict[str, str]:
 
 def elastic(m: Machine) -> dict[str, str]:
     """7.1: its two loopback "nodes" share this machine, so they run gloo even where GPUs are."""
+    return {"el_nodes_backend": _loopback_nodes(m, "the two nodes below"), **_runs(m, "07_1_elastic")}
+
+
+def _loopback_nodes(m: Machine, nodes: str) -> str:
+    """Where torchrun agents that share this host run (``cluster.shared_host_env``): gloo on the CPU."""
     if m.n_gpus:
-        nodes = (f"This machine has {m.n_gpus} GPU{'s' if m.n_gpus > 1 else ''}, but the two nodes below "
-                 "share them, so they run gloo on the CPU: NCCL refuses two ranks on one GPU")
-    else:
-        nodes = "The two nodes below run gloo on the CPU, as every job on this machine does"
-    return {"el_nodes_backend": nodes, **_runs(m, "07_1_elastic")}
+        return (f"This machine has {m.n_gpus} GPU{'s' if m.n_gpus > 1 else ''}, but {nodes} share "
+                f"{'them' if m.n_gpus > 1 else 'it'}, so they run gloo on the CPU: each agent numbers its "
+                "ranks from LOCAL_RANK 0, so both would take cuda:0, and NCCL refuses two ranks on one GPU")
+    return f"{nodes[0].upper()}{nodes[1:]} run gloo on the CPU, as every job on this machine does"
 
 
 def hangs(m: Machine) -> dict[str, str]:

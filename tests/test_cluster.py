@@ -5,7 +5,7 @@ import json
 import psutil
 import pytest
 
-from helpers import cluster, netns, protocol
+from helpers import cluster, netns, plans, protocol
 from helpers.recipes import multinode
 
 
@@ -37,6 +37,33 @@ def test_slurm_script_runs_the_built_argv():
     assert '"$head:29500"' in script and "$head:29500" in argv
 
 
+@pytest.mark.parametrize("name, m", list(plans.PROFILES.items()), ids=list(plans.PROFILES))
+def test_nodes_sharing_a_host_run_gloo_with_their_share_of_the_cores(name, m):
+    env = cluster.shared_host_env(2, m=m)
+    assert env[protocol.BACKEND] == "gloo" and env["GLOO_SOCKET_IFNAME"] == "lo"
+    assert int(env[protocol.THREADS]) == max(1, m.cores // 2)  # not every core for each agent
+    assert cluster.shared_host_env(4, "cl0", m)["NCCL_SOCKET_IFNAME"] == "cl0"
+
+
+def test_the_job_run_nodes_reads_from_argvs_and_env():
+    argvs = cluster.loopback_argvs("multinode.whoami", port=12345)
+    assert cluster.host_job(argvs, {}) == plans.HostJob(2, 1, None)
+    assert cluster.host_job(argvs, cluster.shared_host_env(2)) == plans.HostJob(2, 1, "gloo")
+    one = cluster.standalone_argv("m.f", nproc=4, torchrun=cluster.TORCHRUN)
+    assert cluster.host_job([one], {}) == plans.HostJob(1, 4, None)
+    assert cluster.host_job([["sleep", "1"]], {}) is None  # not torchrun: nothing to place
+
+
+def test_run_nodes_refuses_two_nccl_ranks_on_one_gpu_before_starting_anything(monkeypatch, nothing_left):
+    gpu = plans.PROFILES["1 GPU + 16 cores"]
+    monkeypatch.setattr(cluster, "this_machine", lambda: gpu)
+    monkeypatch.setattr(cluster.subprocess, "Popen", lambda *a, **k: pytest.fail("a node was started"))
+    with pytest.raises(RuntimeError, match="two NCCL ranks on one GPU"):
+        cluster.run_nodes(cluster.loopback_argvs("multinode.whoami"), env=cluster.interface_env("lo"))
+    with pytest.raises(pytest.fail.Exception, match="a node was started"):  # gloo: it would start them
+        cluster.run_nodes(cluster.loopback_argvs("multinode.whoami"), env=cluster.shared_host_env(2, m=gpu))
+
+
 def _children() -> set[int]:
     """This process's live descendants. A launch earlier in the session leaves its forkserver,
     so a test compares with what was there before it started."""
@@ -60,7 +87,7 @@ def nothing_left():
 def test_two_nodes_on_loopback_and_nothing_left(tmp_path, nothing_left):
     argvs = cluster.loopback_argvs("multinode.whoami", args={"out_dir": str(tmp_path), "hold": 0.5,
                                                              "repeats": 2})
-    runs = cluster.run_nodes(argvs, env={**cluster.interface_env("lo"), "HELPERS_TIMEOUT": "30"}, timeout=50)
+    runs = cluster.run_nodes(argvs, env={**cluster.shared_host_env(2), "HELPERS_TIMEOUT": "30"}, timeout=50)
     assert [r.returncode for r in runs] == [0, 0], [r.stdout[-2000:] for r in runs]
     recs = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])
     assert [(r["rank"], r["group_rank"], r["local_rank"]) for r in recs] == [("0", "0", "0"), ("1", "1", "0")]
@@ -90,7 +117,7 @@ def test_two_nodes_in_two_network_namespaces(tmp_path, nothing_left):
     """The same job, each node in its own network namespace with a 10.x address, over a veth pair:
     every rank socket is on the pair's addresses, and the all_reduce's bytes crossed the link."""
     numel = 1 << 14
-    job = netns.two_hosts("multinode.whoami", timeout=50, env={"HELPERS_TIMEOUT": "30", protocol.BACKEND: "gloo"},
+    job = netns.two_hosts("multinode.whoami", timeout=50, env={**cluster.shared_host_env(2, netns.LINK), "HELPERS_TIMEOUT": "30"},
                           args={"out_dir": str(tmp_path), "repeats": 2, "hold": 0.5, "numel": numel})
     assert [r.returncode for r in job.runs] == [0, 0], [r.stdout[-2000:] for r in job.runs]
     head, addresses = job.nodes[0][1], {addr for _, addr in job.nodes}

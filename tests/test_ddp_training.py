@@ -5,6 +5,8 @@ import pytest
 import torch
 
 import helpers
+from helpers import analysis
+from helpers.cluster import NodeRun
 from helpers.displays import LiveLoss
 from helpers.recipes import ddp_mnist
 
@@ -44,3 +46,20 @@ def test_an_error_leaves_the_group_alive_unless_destroyed_in_finally():
         assert "twice" in r["next_init_error"]
     for r in fixed:
         assert not r["initialized"] and r["connections_after"] == r["connections_before"]
+
+
+def test_rank_0s_printed_result_is_found_on_whichever_node_holds_it():
+    # the c10d rendezvous orders agents by address and process id: node 1 may well get RANK 0
+    nodes = [NodeRun(["a"], 0, "rank 1 of 2: LOCAL_RANK 0\n"),
+             NodeRun(["b"], 0, 'rank 0 of 2: LOCAL_RANK 0\nstep 1/2\n{\n  "steps": 2,\n  "world_size": 2\n}\n')]
+    assert analysis.printed_result(nodes) == {"steps": 2, "world_size": 2}
+    with pytest.raises(ValueError, match="no node printed"):
+        analysis.printed_result(nodes[:1])
+
+
+def test_where_a_run_ran_and_what_the_predicted_ratio_says():
+    assert analysis.ran_on({"device": "cpu", "backend": "gloo", "world_size": 2}) == "over gloo on the CPU"
+    assert analysis.ran_on({"device": "cuda:0", "backend": "nccl", "world_size": 2}) == "over NCCL on 2 GPUs"
+    assert analysis.ran_on({"device": "cuda:0", "backend": "nccl", "world_size": 1}) == "over NCCL on a GPU"
+    said = [analysis.second_rank_verdict(r) for r in (0.5, 1.4, 1.9)]
+    assert "barely pays" in said[0] and "in part" in said[1] and "nearly doubles" in said[2]

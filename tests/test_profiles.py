@@ -1,4 +1,5 @@
 """Every chapter's plan, taken through every machine a reader brings (the real runs see only this one)."""
+import json
 import re
 
 import chapter_cells
@@ -65,6 +66,7 @@ def test_the_job_table_is_what_each_chapter_launches(chapter):
     assert fixed == set(plans.CHAPTER_JOBS.get(chapter, ())), (chapter, fixed)
     assert not planned or chapter in PLANNED, f"{chapter} launches nprocs={planned}: plan it in helpers.plans"
     assert chapter_cells.gloo_launches(CHAPTERS[chapter]) == set(plans.GLOO_JOBS.get(chapter, ())), chapter
+    assert chapter_cells.paired_launches(CHAPTERS[chapter]) == set(plans.PAIRED_JOBS.get(chapter, ())), chapter
 
 
 @pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
@@ -132,3 +134,85 @@ def test_the_good_regime_is_claimed_only_where_each_rank_has_a_device(name, m):
     assert claimed == (m.cores >= 2 or m.n_gpus >= 2), name
     said = sentences.prediction(m)["good_claim"]
     assert said.startswith("(asserted above 1.5") == claimed, said
+
+
+# --- torchrun jobs started as subprocesses (5.1, 7.1, 7.3): where every node's ranks run ----------
+
+class _Recorded(Exception):
+    pass
+
+
+def helper_jobs(name: str) -> list[plans.HostJob]:
+    """The jobs a helper that runs torchrun itself (``restarts.lose_a_node``) would start: its
+    ``cluster.run_nodes`` call is recorded, and stopped before anything starts."""
+    from helpers import cluster, restarts
+    jobs = []
+
+    def record(argvs, env=None, **_):
+        jobs.append(cluster.host_job(argvs, env or {}))
+        raise _Recorded
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cluster, "run_nodes", record)
+        with pytest.raises(_Recorded):
+            getattr(restarts, name.rpartition(".")[2])("/nonexistent-folder")
+    return jobs
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_torchrun_table_is_what_each_chapter_starts(chapter):
+    jobs = chapter_cells.torchrun_jobs(CHAPTERS[chapter], helper_jobs)
+    assert tuple(jobs) == plans.TORCHRUN_JOBS.get(chapter, ()), (chapter, jobs)
+
+
+def nccl_clash(m: Machine, job: plans.HostJob) -> str:
+    """Why ``job``'s ranks cannot all run on ``m``, or "": every rank's device from devices.for_rank."""
+    from helpers import devices
+    try:
+        placed = [(node, local, devices.for_rank(backend, local, m))
+                  for node, local, backend in plans.host_ranks(m, job)]
+    except RuntimeError as e:  # a LOCAL_RANK with no GPU of its own
+        return str(e)
+    gpus = [str(device) for _, _, device in placed if device.type == "cuda"]
+    return f"two NCCL ranks on one GPU: {placed}" if len(gpus) != len(set(gpus)) else ""
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_no_two_nccl_ranks_share_a_gpu_in_any_torchrun_job(name, m):
+    for chapter, jobs in plans.TORCHRUN_JOBS.items():
+        for job in jobs:
+            assert not nccl_clash(m, job), (chapter, job, nccl_clash(m, job))
+            assert len(plans.place_ranks(m, job)) == job.nodes * job.nproc  # run_nodes' own check agrees
+
+
+def test_two_loopback_nodes_without_gloo_are_refused_wherever_there_is_a_gpu():
+    """What 5.1 once did: two agents of one rank each, the backend left to the ranks."""
+    bare = plans.HostJob(2, 1)
+    for name, m in PROFILES:
+        assert bool(nccl_clash(m, bare)) == (m.n_gpus > 0), name
+        if m.n_gpus:
+            with pytest.raises(RuntimeError, match="two NCCL ranks on one GPU"):
+                plans.place_ranks(m, bare)
+
+
+def test_a_torchrun_command_written_out_in_a_cell_is_read(tmp_path):
+    """5.1's old cell: two agents started with Popen, on a command line it wrote itself."""
+    cell = ("commands = [f'{sys.executable} -m torch.distributed.run --nnodes 2 --node-rank {r} '\n"
+            "            f'--nproc-per-node 1 -m helpers.run ddp_mnist.train' for r in (0, 1)]\n"
+            "env = {**os.environ, 'HELPERS_THREADS': '1'}\n"
+            "nodes = [subprocess.Popen(shlex.split(c), env=env) for c in commands]\n")
+    nb = tmp_path / "old.ipynb"
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": cell}]}))
+    assert chapter_cells.torchrun_jobs(nb) == [plans.HostJob(2, 1, None)]
+    nb.write_text(json.dumps({"cells": [{"cell_type": "code", "source": cell.replace(
+        "'HELPERS_THREADS': '1'", "protocol.BACKEND: 'gloo'")}]}))
+    assert chapter_cells.torchrun_jobs(nb) == [plans.HostJob(2, 1, "gloo")]
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_the_throughput_pairs_compare_rank_counts_on_one_kind_of_device(name, m):
+    backends = plans.throughput_backends(m)
+    assert backends[-1] == "gloo", "4.3's fits are gloo's: the prediction needs a gloo pair"
+    assert backends[0] == plans.job(m, 2).backend == plans.chapter_job(m, "05_1_ddp_training", 1).backend
+    assert len(backends) == len(set(backends)) == (2 if m.n_gpus >= 2 else 1), backends
+    said = sentences.ddp_training(m)
+    assert ("over NCCL" in said["tp_where"]) == (m.n_gpus >= 2), said["tp_where"]

@@ -16,7 +16,8 @@ from .communication import (  # noqa: F401
     allreduce_table, AllreduceFit, fit_allreduce, ddp_step_predictions, split_calls,
 )
 from .runs import (  # noqa: F401
-    assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state,
+    assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state, ran_on,
+    second_rank_verdict, printed_result,
 )
 from .prediction import (  # noqa: F401
     Calibration, call_costs, calibrate, held_out, errors, crossovers, remember, recall,

@@ -1,5 +1,8 @@
-"""Whole runs reduced and compared: assembled stages (5.3), tensors (3.2, 5.4), DDP throughput (5.1, 5.2)."""
+"""Whole runs reduced and compared: assembled stages (5.3), tensors (3.2, 5.4), DDP throughput and
+where it ran (5.1, 5.2)."""
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -47,3 +50,30 @@ def same_state(a: dict, b: dict) -> bool:
     """Whether two state dicts hold the same names and bit-identical tensors."""
     import torch
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def ran_on(result: dict) -> str:
+    """Where a ``ddp_mnist.train`` run ran, in words, from rank 0's own record of it."""
+    if result["device"].startswith("cuda"):
+        n = result["world_size"]
+        return f"over NCCL on {'a GPU' if n == 1 else f'{n} GPUs'}"
+    return f"over {result['backend']} on the CPU"
+
+
+def second_rank_verdict(predicted_ratio: float) -> str:
+    """What a predicted 2-rank / 1-rank throughput ratio says about the second rank, in words."""
+    if predicted_ratio < 1.2:
+        return ("so a second rank barely pays here: at 64 images a step, there is too little compute "
+                "to pay for an all_reduce")
+    if predicted_ratio < 1.6:
+        return "so a second rank pays here, in part: the all_reduce takes much of what it saves"
+    return "so a second rank nearly doubles the throughput here: the step's compute dwarfs its all_reduce"
+
+
+def printed_result(runs: list) -> dict:
+    """Rank 0's result from a torchrun job's nodes (``cluster.NodeRun``): the last JSON object
+    ``helpers.run`` printed, on whichever node the rendezvous gave RANK 0 (no other rank prints one)."""
+    for run in runs:
+        if "\n{" in run.stdout:
+            return json.loads(run.stdout[run.stdout.rindex("\n{") + 1:run.stdout.rindex("}") + 1])
+    raise ValueError("no node printed a result:\n" + "\n".join(r.stdout[-2000:] for r in runs))
