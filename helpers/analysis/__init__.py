@@ -17,7 +17,7 @@ from .communication import (  # noqa: F401
 )
 from .runs import (  # noqa: F401
     assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state, ran_on,
-    second_rank_verdict, printed_result,
+    second_rank_verdict, printed_result, peak_memory_mib, peak_memory_kind,
 )
 from .prediction import (  # noqa: F401
     Calibration, call_costs, calibrate, held_out, errors, crossovers, remember, recall,

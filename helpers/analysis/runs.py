@@ -60,6 +60,20 @@ def ran_on(result: dict) -> str:
     return f"over {result['backend']} on the CPU"
 
 
+def peak_memory_mib(result: dict) -> float:
+    """A rank's peak memory where its model lived, in MiB: the GPU allocator's peak on a GPU (the
+    model, its gradients and activations), else the process's peak RSS (Python and torch included)."""
+    peak = result["peak_memory"]
+    return peak.get("gpu_peak_bytes", peak["host_peak_rss_bytes"]) / 2**20
+
+
+def peak_memory_kind(result: dict) -> str:
+    """What ``peak_memory_mib`` measured for this run, in words for the prose."""
+    if "gpu_peak_bytes" in result["peak_memory"]:
+        return "The GPU allocator's peak (`torch.cuda.max_memory_allocated`) per rank"
+    return "Peak resident memory (RSS) per rank"
+
+
 def second_rank_verdict(predicted_ratio: float) -> str:
     """What a predicted 2-rank / 1-rank throughput ratio says about the second rank, in words."""
     if predicted_ratio < 1.2:

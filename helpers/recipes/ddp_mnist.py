@@ -13,7 +13,6 @@ Below ``train`` sit the rank-side runs of the article's own setup
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 import torch
@@ -22,7 +21,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from helpers import amp, data
+from helpers import amp, data, devices
 from helpers.article import article_setup
 from helpers.dist import distributed, report
 from helpers.models import SimpleModel
@@ -88,7 +87,7 @@ def train(epochs: int = 3, batch_size: int = 64, lr: float = 0.05, log_every: in
             "samples_per_s": step * batch_size * ctx.world_size / seconds,  # global throughput
             "step_seconds": step_seconds,  # the loop's work per step, without the data loader
             "losses": losses, "accuracy": accuracy,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_memory": devices.peak_memory(ctx.device),  # the host's RSS, and the GPU's on a GPU
             "state": snapshot(model),
         }
 
