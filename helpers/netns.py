@@ -104,5 +104,6 @@ def two_hosts(recipe: str, *, args: dict | None = None, env: dict[str, str] | No
                      recipe, nnodes=2, nproc=1, endpoint=f"{head}:{cluster.RDZV_PORT}", rdzv_id="netns",
                      node=i, local_addr=addr, torchrun=cluster.TORCHRUN, args=args)]
                  for i, (ns, addr) in enumerate(nodes)]
-        runs = cluster.run_nodes(argvs, env={**(env or {}), **cluster.interface_env(LINK)}, timeout=timeout)
+        # The namespaces are one host's: their nodes share its GPUs and cores (cluster.shared_host_env).
+        runs = cluster.run_nodes(argvs, env={**(env or {}), **cluster.shared_host_env(2, LINK)}, timeout=timeout)
         return TwoHosts(runs, nodes, [link_bytes(ns) for ns, _ in nodes])

@@ -186,8 +186,9 @@ def torchrun_jobs(path: Path, helper_jobs: Callable[[str], list] = lambda name: 
                 found.append(plans.HostJob(*shape, env_backend(env, dict(names))))
             elif func.startswith("subprocess.") and any(w in src for w in TORCHRUN_WORDS):
                 found.append(plans.HostJob(*_command_job(src), env_backend(env, dict(names))))
-            elif func.endswith("two_hosts"):  # netns: 2 agents of one rank, one in each namespace
-                found.append(plans.HostJob(2, 1, env_backend(env, dict(names))))
+            elif func.endswith("two_hosts"):  # netns: 2 agents of one rank, one in each namespace;
+                from helpers import cluster, protocol  # it gives them cluster.shared_host_env itself
+                found.append(plans.HostJob(2, 1, cluster.shared_host_env(2).get(protocol.BACKEND)))
             elif func in HELPER_JOBS:
                 found += helper_jobs(func)
     return found

@@ -117,7 +117,7 @@ def test_two_nodes_in_two_network_namespaces(tmp_path, nothing_left):
     """The same job, each node in its own network namespace with a 10.x address, over a veth pair:
     every rank socket is on the pair's addresses, and the all_reduce's bytes crossed the link."""
     numel = 1 << 14
-    job = netns.two_hosts("multinode.whoami", timeout=50, env={**cluster.shared_host_env(2, netns.LINK), "HELPERS_TIMEOUT": "30"},
+    job = netns.two_hosts("multinode.whoami", timeout=50, env={"HELPERS_TIMEOUT": "30"},
                           args={"out_dir": str(tmp_path), "repeats": 2, "hold": 0.5, "numel": numel})
     assert [r.returncode for r in job.runs] == [0, 0], [r.stdout[-2000:] for r in job.runs]
     head, addresses = job.nodes[0][1], {addr for _, addr in job.nodes}
