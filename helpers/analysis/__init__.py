@@ -19,7 +19,7 @@ from .runs import (  # noqa: F401
     assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state,
 )
 from .prediction import (  # noqa: F401
-    Calibration, call_costs, calibrate, held_out, errors, crossovers, remember, recall,
+    Calibration, call_costs, calibrate, held_out, errors, regime, crossovers, remember, recall,
 )
 from .tensor_parallel import (  # noqa: F401
     collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,
