@@ -131,12 +131,18 @@ def communication(m: Machine) -> dict[str, str]:
     ranks, sizes = plans.communication_ranks(m), plans.allreduce_sizes(m)
     largest = f"{sizes[-1] / 2**30:.0f} GB" if sizes[-1] >= 2**30 else f"{sizes[-1] >> 20} MB"
     bound = f"{plans.ring_model_bound(ranks.backend):.0%}"
+    r2, held = plans.allreduce_fit_bounds(m)
+    fit = (f"at least {r2}, and every held-out size within {held:.0%}: the two ranks took turns on this "
+           "machine's one core, in the kernel's time slices of a few ms, and a call that outlasts one waits "
+           "for the next, so the line bends at the large sizes" if ranks.shared and not ranks.hyperthreads
+           else f"at least {r2}, and every held-out size within {held:.0%}")
     if ranks.backend == "nccl":
         return {"cm_sizes": f"up to {largest} here, where the ranks are GPUs: over NVLink a message is "
                             "bandwidth-bound only from some hundreds of MB",
                 "cm_copier": "This machine's first GPU copies its own memory",
                 "cm_transport": ("NCCL moves the bytes between the GPUs' memories over NVLink or PCIe, "
                                  "with kernels that reduce as they go, so the bound is the links' speed"),
+                "cm_fit_bounds": fit,
                 "cm_ring_bound": (f"within {bound}: NCCL picks a ring, a tree or NVLink SHARP by size "
                                   "and topology, so the ring is a model of its all_reduce, not its algorithm")}
     return {"cm_sizes": f"up to {largest} here, where the ranks are CPU cores: far past where gloo's "
@@ -145,7 +151,7 @@ def communication(m: Machine) -> dict[str, str]:
             "cm_transport": ("gloo sends through the kernel's TCP loopback: every byte is copied into a "
                              "socket buffer and out again, the reduction reads two buffers and writes one, "
                              "and both ranks' copies share one memory system"),
-            "cm_ring_bound": f"within {bound}: gloo's all_reduce is this ring"}
+            "cm_fit_bounds": fit, "cm_ring_bound": f"within {bound}: gloo's all_reduce is this ring"}
 
 
 def ddp_training(m: Machine) -> dict[str, str]:

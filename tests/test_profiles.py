@@ -194,6 +194,8 @@ def test_the_sweep_reaches_the_bandwidth_bound_on_every_profile(name, m):
     fit = analysis.fit_allreduce(sizes, t)  # 4.2's selection, on the line its link would draw
     assert fit.latency_bound.sum() >= 2 and fit.bandwidth_bound.sum() >= 3, (name, sizes[-1])
     assert plans.ring_model_bound(backend) == (0.20 if backend == "gloo" else 0.50)
+    # looser only where the 2 ranks take turns on one logical CPU (measured: R^2 0.90-0.93 there)
+    assert plans.allreduce_fit_bounds(m) == ((0.85, 0.35) if m.cores == 1 else (0.98, 0.20)), name
     said = sentences.communication(m)
     assert ("NCCL" in said["cm_ring_bound"]) == (backend == "nccl"), said
     assert ("GPU" in said["cm_copier"]) == (backend == "nccl"), said
