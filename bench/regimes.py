@@ -38,7 +38,7 @@ def scaling_section(args) -> list[str]:
     models = MODELS + (["wide-1024x4 overlap"] if args.overlap else [])
     sizes = {m: Gs + (args.wide_batches if m.startswith("wide") else []) for m in models}
     start = time.perf_counter()
-    res = helpers.launch(regimes.strong_scaling, nprocs=2, threads=1, timeout=1800, show=None,
+    res = helpers.launch(regimes.strong_scaling, nprocs=2, threads=1, backend="gloo", timeout=1800, show=None,
                          model_names=models, global_sizes=sizes, per_rank_batches=weak_b,
                          dataset=data.at_least(max(Gs + args.wide_batches + [2 * b for b in weak_b])),
                          steps={"simple": args.steps, "wide-1024x4": max(3, args.steps // 6)},
@@ -74,7 +74,7 @@ def scaling_section(args) -> list[str]:
 
 
 def allreduce_section(args) -> list[str]:
-    ranks = helpers.launch(regimes.allreduce_after_compute, nprocs=2, threads=1, timeout=900, show=None,
+    ranks = helpers.launch(regimes.allreduce_after_compute, nprocs=2, threads=1, backend="gloo", timeout=900, show=None,
                            sizes=[4096, 1 << 20], compute_ms=args.compute_ms, reps=args.reps,
                            rounds=max(2, args.rounds // 2))
     r0 = ranks[0]
@@ -103,7 +103,7 @@ def allreduce_section(args) -> list[str]:
 
 def contention_section(args) -> list[str]:
     configs = [("simple", 512), ("simple", 2048), ("wide-1024x4", 128), ("wide-1024x4", 512)]
-    ranks = helpers.launch(regimes.contention, nprocs=2, threads=1, timeout=900, show=None,
+    ranks = helpers.launch(regimes.contention, nprocs=2, threads=1, backend="gloo", timeout=900, show=None,
                            configs=configs, steps=max(3, args.steps // 2), rounds=args.rounds)
     table = contention_slowdown([row for rk in ranks for row in rk["rows"]])
     lines = ["", "### 3. Ranks contending: one rank's step alone vs. with the other rank computing", "",
@@ -121,7 +121,8 @@ def contention_section(args) -> list[str]:
 def prediction_section(args) -> list[str]:
     """Chapter 4.3's job at ``args.rounds``: the predictor's fits, and every held-out pair against it."""
     start = time.perf_counter()
-    job = helpers.launch(regimes.predictor_job, nprocs=2, threads=1, timeout=1800, show=None, rounds=args.rounds,
+    job = helpers.launch(regimes.predictor_job, nprocs=2, threads=1, backend="gloo", timeout=1800, show=None,
+                         rounds=args.rounds,
                          dataset=data.at_least(max(G for Gs in regimes.HELD_OUT.values() for G in Gs)))
     wall = time.perf_counter() - start
     cal = calibrate(job[0]["sweep"], job, regimes.CALIBRATION)

@@ -5,8 +5,8 @@ sentences about the machine) reads a ``Machine``. A ``Machine`` is plain data,
 so a test can build one for a machine it is not running on::
 
     here = machine.this()                       # asked once per process, then kept
-    Machine(cores=2, gpus=("Tesla T4",))        # Colab, for a unit test
-    here.backend(nprocs=2), here.threads_per_rank(2)
+    Machine(cores=2, physical_cores=1, gpus=("Tesla T4",))  # Colab, for a unit test
+    here.backend(nprocs=2), here.threads_per_rank(2), here.whole_cores
 """
 from __future__ import annotations
 
@@ -32,10 +32,16 @@ class Machine:
     torch: str = ""
     python: str = ""
     memory: int = 0  # bytes of RAM; 0 where a profile does not say
+    # Cores with their own arithmetic units among the ``cores`` (logical CPUs) this process may use:
+    # a cloud "16 vCPU" box is 8 cores with 2 hardware threads each. 0: not known, taken as ``cores``.
+    physical_cores: int = 0
+    gpu_memory: int = 0  # bytes on the smallest GPU; 0 where there is none or a profile does not say
 
     def __post_init__(self):
         if not isinstance(self.cores, int) or self.cores < 1:
             raise ValueError(f"a machine has at least one core, got {self.cores!r}")
+        if not 0 <= self.physical_cores <= self.cores:
+            raise ValueError(f"physical_cores must be 0 (unknown) to cores={self.cores}, got {self.physical_cores!r}")
 
     @property
     def n_gpus(self) -> int:
@@ -44,6 +50,12 @@ class Machine:
     def backend(self, nprocs: int) -> str:
         """NCCL when every local rank can own a GPU, gloo on the CPU otherwise."""
         return "nccl" if 0 < nprocs <= self.n_gpus else "gloo"
+
+    @property
+    def whole_cores(self) -> int:
+        """Cores a rank can have to itself: two ranks on one core's two hardware threads share its
+        arithmetic units and caches, so they are not two cores' worth of compute."""
+        return self.physical_cores or self.cores
 
     def threads_per_rank(self, local_world_size: int) -> int:
         """Split the cores between the ranks on this host, so they do not fight over them."""
@@ -73,6 +85,8 @@ class Machine:
     def describe(self) -> str:
         """One sentence about this machine, for the prose: glued, never typed."""
         cores = f"{self.cores} CPU core{'s' if self.cores != 1 else ''}"
+        if self.whole_cores < self.cores:
+            cores = f"{self.cores} CPU threads on {self.whole_cores} core{'s' if self.whole_cores != 1 else ''}"
         if not self.gpus:
             return f"{cores} and no GPU"
         kinds = sorted(set(self.gpus))
@@ -90,6 +104,32 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
                  platform.processor() or "unknown CPU")
     flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
     return model, frozenset(flags)
+
+
+def physical_cores_in(cpuinfo: str, cpus: set[int]) -> int:
+    """The physical cores under ``cpus`` (logical CPU ids) by Linux's /proc/cpuinfo: its distinct
+    ("physical id", "core id") pairs; 0 where it lists no "core id" (some VMs and ARM kernels)."""
+    pairs = set()
+    for block in cpuinfo.split("\n\n"):
+        kv = {k.strip(): v.strip() for k, v in (ln.split(":", 1) for ln in block.splitlines() if ":" in ln)}
+        if "core id" in kv and kv.get("processor", "").isdigit() and int(kv["processor"]) in cpus:
+            pairs.add((kv.get("physical id", "0"), kv["core id"]))
+    return len(pairs)
+
+
+def _physical_cores(cpus: set[int]) -> int:
+    """``physical_cores_in`` this machine's /proc/cpuinfo; elsewhere (macOS: sysctl hw.physicalcpu),
+    or where it does not say, psutil's count capped at ``cpus``; 0 if neither knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            found = physical_cores_in(f.read(), cpus)
+    except OSError:
+        found = 0
+    if found:
+        return found
+    import psutil
+    n = psutil.cpu_count(logical=False)
+    return min(n, len(cpus)) if n else 0
 
 
 def usable_cpus() -> set[int]:
@@ -111,9 +151,12 @@ def this() -> Machine:
     import torch
     gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     cpu, flags = _cpuinfo()
-    return Machine(cores=usable_cores(), gpus=gpus, cpu=cpu, cpu_flags=flags,
+    cpus = usable_cpus()
+    gpu_memory = min((torch.cuda.get_device_properties(i).total_memory for i in range(len(gpus))), default=0)
+    return Machine(cores=len(cpus), gpus=gpus, cpu=cpu, cpu_flags=flags,
                    system=platform.system(), torch=torch.__version__.split("+")[0],
-                   python=platform.python_version(), memory=psutil.virtual_memory().total)
+                   python=platform.python_version(), memory=psutil.virtual_memory().total,
+                   physical_cores=_physical_cores(cpus), gpu_memory=gpu_memory)
 
 
 def cuda_available() -> bool:

@@ -168,3 +168,12 @@ def test_scatter_is_half_the_rounds_range_of_S2_relative_to_its_median():
     rows = analysis.held_out(ranks, cal, HELD)
     assert all(r["scatter"] == pytest.approx((1 - 1 / 1.1) / 2) for r in rows)
     assert analysis.errors(rows, "scatter")["worst"] == pytest.approx((1 - 1 / 1.1) / 2)
+
+
+def test_regime_names_a_step_by_its_shares_not_by_the_machine():
+    def step(compute, exposed, wait):
+        return theory.StepPrediction(2, {}, compute, exposed, exposed, wait)
+    assert analysis.regime(step(10.0, 1.0, 1.0)) == "compute-bound"  # compute over 4x the rest
+    assert analysis.regime(step(8.0, 1.0, 1.0)) == "between the two regimes"  # exactly 4x: not over it
+    assert analysis.regime(step(2.0, 0.8, 0.4)) == "communication-bound"  # the rest over half the compute
+    assert analysis.regime(step(2.0, 0.5, 0.5)) == "between the two regimes"

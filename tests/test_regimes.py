@@ -44,3 +44,19 @@ def test_contention_slowdown_ratios_per_rank_and_round():
     assert v["min"] == pytest.approx(1.1) and v["max"] == pytest.approx(1.5)
     assert v["median"] == pytest.approx(1.3)  # not together/alone of the medians (1.85 / 1.5)
     assert v["alone"] == pytest.approx(1.5) and v["together"] == pytest.approx(1.85)
+
+
+def test_the_regime_recipes_refuse_any_backend_but_gloo():
+    """4.3's ranks are CPU ranks on every machine: an NCCL job (the default on 2+ GPUs) would hand
+    CPU tensors to NCCL groups and fit a GPU's compute, so it stops before anything runs."""
+    from types import SimpleNamespace
+
+    from helpers.recipes import regimes
+    regimes.on_gloo(SimpleNamespace(backend="gloo"), "predictor_job")
+    with pytest.raises(RuntimeError, match="backend='gloo'"):
+        regimes.on_gloo(SimpleNamespace(backend="nccl"), "predictor_job")
+    import inspect
+    for recipe in (regimes.predictor_job, regimes.strong_scaling, regimes.allreduce_after_compute,
+                   regimes.contention):  # every recipe that sets up a group goes through the check
+        src = inspect.getsource(recipe)
+        assert f'gloo_job("{recipe.__name__}")' in src and "distributed()" not in src, recipe.__name__

@@ -128,6 +128,17 @@ def errors(rows: list[dict], key: str = "error") -> dict[str, float]:
     return {"median": float(median(e)), "worst": float(max(e)), "n": len(e)}
 
 
+def regime(step: theory.StepPrediction) -> str:
+    """A predicted step's regime: compute-bound where computing is over 80% of it (compute more than 4
+    times the exposed all_reduce and the wait), communication-bound where those two are more than half
+    the compute, else between the two. Words for a measurement: which one a job is in depends on the
+    machine (a faster link or a smaller per-call cost moves it)."""
+    talk = step.exposed + step.wait
+    if step.compute > 4 * talk:
+        return "compute-bound"
+    return "communication-bound" if talk > 0.5 * step.compute else "between the two regimes"
+
+
 def crossovers(rows: list[dict], target: float = 1.5) -> dict[str, dict[str, int | None]]:
     """Per model: the global batch at which S(2) first reaches ``target``, predicted and measured, and how
     many steps of the model's grid of G apart the two are (never crossing: one step past the grid)."""

@@ -108,7 +108,7 @@ def allreduce_fit(sweeps: dict, fit, fit_mask, held_mask, copy_bw: float, p_fit:
 
     ``sweeps``: {p: (sizes, seconds)}; of p_fit's sizes, ``fit_mask`` marks those the fit
     used (dots), ``held_mask`` those held out (open diamonds); the rest are crosses.
-    ``copy_bw``: one core's copy bandwidth.
+    ``copy_bw``: the copy bandwidth of rank 0's device (one core, or its GPU's memory).
     """
     from ..theory import busbw
     fig, (ax, ax_b) = plt.subplots(1, 2, figsize=(9, 3.5))
@@ -129,7 +129,7 @@ def allreduce_fit(sweeps: dict, fit, fit_mask, held_mask, copy_bw: float, p_fit:
         else:
             ax.plot(m, t * 1e3, "s-", color=color, ms=4, lw=0.8, label=f"p = {p}")
         ax_b.plot(m, busbw(m, t, p) / 1e9, "o-", color=color, ms=4, lw=0.8, label=f"busbw, p = {p}")
-    ax_b.axhline(copy_bw / 1e9, color="black", ls="--", lw=1, label="one core's memory copy")
+    ax_b.axhline(copy_bw / 1e9, color="black", ls="--", lw=1, label="memory copy on rank 0's device")
     for a in (ax, ax_b):
         a.set_xscale("log", base=2)
         a.set_xlabel("message size (bytes)")

@@ -5,8 +5,8 @@ barrier, time the call, repeat, and keep the median. The sizes are taken in
 turn, round after round, so a slow spell of a shared machine hits them alike.
 A collective is done when its slowest rank is done, so each repetition's time
 is the maximum over ranks.
-The same run also measures how fast one core copies memory, the physical
-ceiling for any transfer between processes on one host::
+The same run also measures how fast rank 0's device copies its own memory (one core on a CPU,
+the GPU's own memory on a GPU), the ceiling for any transfer that goes through it::
 
     helpers.launch(allreduce_sweep, nprocs=2, sizes=[4096, 2**20])      # in a notebook
     torchrun --nproc-per-node 8 -m helpers.run collectives.allreduce_sweep  # a GPU node: NCCL
@@ -23,7 +23,7 @@ from helpers.dist import distributed, report
 from helpers.training import median
 
 KB, MB = 1024, 1024 ** 2
-SIZES = [4 * KB * 4 ** i for i in range(8)]  # 4 KB, 16 KB, ... 64 MB
+SIZES = [4 * KB * 4 ** i for i in range(8)]  # 4 KB, 16 KB, ... 64 MB (4.2 plans its own: plans.allreduce_sizes)
 
 
 def repeats_for(size: int, budget_bytes: int = 1024 * MB, least: int = 7, most: int = 100) -> int:
@@ -51,7 +51,8 @@ def spread_rounds(n: int, rounds: int) -> set[int]:
 
 
 def copy_bandwidth(nbytes: int = 64 * MB, repeats: int = 7, device: torch.device | None = None) -> float:
-    """Bytes per second that ``dst.copy_(src)`` moves on one core: the memory-copy ceiling of this host.
+    """Bytes per second that ``dst.copy_(src)`` moves on ``device``: one core's memory-copy ceiling on a
+    CPU (one thread: as the ranks run), the GPU's copy within its own memory on a GPU.
 
     Counted as nccl-tests and STREAM's "copy" count it: the bytes of the message, not read + write.
     """
@@ -75,8 +76,8 @@ def allreduce_sweep(sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min
 
     Each size is timed ``repeats_for(size, budget_bytes, min_repeats, max_repeats)`` times,
     the sizes taken in turn. Returns ``sizes``, ``seconds`` (median of the per-repetition maximum over ranks),
-    ``spread`` (the interquartile range, same units), and ``copy_bw`` (bytes/s, one core,
-    measured by rank 0 while the others wait).
+    ``spread`` (the interquartile range, same units), and ``copy_bw`` (bytes/s on rank 0's device:
+    one core, or its GPU; measured while the others wait).
     """
     with distributed() as ctx:
         return sweep(ctx, sizes, budget_bytes, min_repeats, max_repeats, warmup, copy_bytes)

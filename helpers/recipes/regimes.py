@@ -12,9 +12,15 @@ Three workloads, each one job with its variants interleaved round by round:
   ranks), so its time splits into waiting for the peer (rank skew) and the rest.
 * ``contention``: one rank's training step alone (the other waits in a barrier) and
   with the other rank computing the same step at the same moment.
+
+All of it is a study of CPU ranks over gloo, on every machine: threads pinned to cores, gloo groups
+on ``lo``, CPU tensors handed to the default group, and chapter 5.1 predicting its gloo run from the
+fits. The module pins gloo (``BACKEND``), so ``launch`` and ``python -m helpers.run`` pick it, and
+each recipe refuses another backend chosen by hand (``on_gloo``).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import time
@@ -29,6 +35,24 @@ from helpers.training import median, train_step, turns
 
 from .collectives import sweep
 from .scaling import Trainer, medians
+
+BACKEND = "gloo"  # helpers.devices.pinned_backend: CPU ranks over gloo on every machine
+
+
+def on_gloo(ctx, recipe: str) -> None:
+    """Refuse a job that is not gloo's: its CPU tensors would meet an NCCL group, and its fits would
+    mix a GPU's compute with the CPU's story."""
+    if ctx.backend != "gloo":
+        raise RuntimeError(f"regimes.{recipe} studies CPU ranks over gloo, and this job runs {ctx.backend}: "
+                           f"launch it with backend='gloo' (HELPERS_BACKEND=gloo under torchrun)")
+
+
+@contextlib.contextmanager
+def gloo_job(recipe: str):
+    """``helpers.dist.distributed``, refusing any backend but gloo (``on_gloo``)."""
+    with distributed() as ctx:
+        on_gloo(ctx, recipe)
+        yield ctx
 
 
 # Chapter 4.3: the predictor is fitted on CALIBRATION's blocks (the blocking, timed hook) and tested
@@ -52,7 +76,7 @@ def predictor_job(dataset, rounds: int = 3, sizes: list[int] = SWEEP, budget_byt
     """Everything chapter 4.3's predictor is fitted on and tested against, in one 2-rank job: chapter
     4.2's all_reduce sweep (``sweep``, to 16 MB: the largest model's gradients are 11 MB), then
     ``strong_scaling`` over ``prediction_blocks()``, the calibration and the held-out blocks interleaved."""
-    with distributed() as ctx:
+    with gloo_job("predictor_job") as ctx:
         swept = sweep(ctx, sizes, budget_bytes)
         return {"sweep": {k: swept[k] for k in ("sizes", "seconds", "backend")},
                 **_strong_scaling(ctx, dataset=dataset, rounds=rounds, steps=STEPS, **prediction_blocks())}
@@ -67,7 +91,7 @@ def strong_scaling(model_names: list[str], global_sizes: list[int] | dict[str, l
     instead of the timed hook. ``steps``: {model NAME: steps per block}, default 10.
     ``pin``: every thread of each rank (gloo's too) on a core of its own, where there are enough.
     """
-    with distributed() as ctx:
+    with gloo_job("strong_scaling") as ctx:
         return _strong_scaling(ctx, model_names, global_sizes, dataset, per_rank_batches, steps, rounds, warmup, pin)
 
 
@@ -158,7 +182,7 @@ def allreduce_after_compute(sizes: list[int], compute_ms: float = 3.0, reps: int
     polling (skipped where it cannot).
     ``sizes`` in bytes (float32).
     """
-    with distributed() as ctx:
+    with gloo_job("allreduce_after_compute") as ctx:
         a = torch.randn(256, 256)
         t0 = time.perf_counter()
         for _ in range(20):
@@ -214,7 +238,7 @@ def contention(configs: list[tuple[str, int]], steps: int = 10, rounds: int = 7)
     A step is forward, backward and SGD on one random batch, no DDP and no communication.
     Alone: rank q computes while the other waits in a barrier (idle); together: both at once.
     """
-    with distributed() as ctx:
+    with gloo_job("contention") as ctx:
         work = {}
         for m, b in configs:
             torch.manual_seed(0)

@@ -22,7 +22,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from helpers import data, models
+from helpers import data, devices, models
 from helpers.dist import distributed, report
 from helpers.models import linear_macs, n_params, param_bytes
 from helpers.training import PHASES, Timeline, median
@@ -57,8 +57,7 @@ class Trainer:
 
     def __init__(self, per_rank_batch: int, dataset, group=None, model: str = "simple",
                  overlap: bool = False, lr: float = 0.05, seed: int = 0):
-        self.device = torch.device("cuda", torch.cuda.current_device()) \
-            if dist.get_backend(group) == "nccl" else torch.device("cpu")
+        self.device = devices.of_group(group)  # this rank's GPU under NCCL, the CPU under gloo
         torch.manual_seed(seed)
         self.net = models.build(model).to(self.device)
         self.ddp = DDP(self.net, process_group=group,

@@ -1,0 +1,86 @@
+"""Chapters 6.x and 7.x: parallelism past the article, and when things break."""
+from __future__ import annotations
+
+from .. import plans
+from ..machine import Machine
+from .common import _runs, _ran_on_gpus, _loopback_nodes
+
+
+def tensor_parallel(m: Machine) -> dict[str, str]:
+    """6.3: the blocks on 2 ranks; the strategies and the 2 x 2 layout on 4, which may share the cores."""
+    four = plans.job(m, 4)
+    if four.shared:
+        note = (f"{four.warning()} This chapter takes no timings: it counts bytes and checks results, "
+                "which the turns do not change.")
+    else:
+        note = f"The 4-rank run ran as {four.describe()}: its ranks did not take turns."
+    return {"tp_four_ranks": note, **_runs(m, "06_3_tensor_parallel")}
+
+
+def pipeline_schedules(m: Machine) -> dict[str, str]:
+    """6.1 times schedules at p = 2 and 4: where 4 ranks share the cores, only p = 2's timings count."""
+    four = plans.job(m, 4)
+    if four.shared:
+        note = (f"Here p = 4 ran as {four.describe()}: they took turns, so its seconds are not what 4 "
+                "devices would give, and at p = 4 only what no timing changes is asserted: its idle "
+                "slots and its counts of activations.")
+    else:
+        note = (f"Here p = 4 ran as {four.describe()}, so its seconds are a pipeline's own; still, as "
+                "on any machine, at p = 4 only its idle slots and its counts of activations are asserted.")
+    return {"p4_note": note, **_runs(m, "06_1_pipeline_schedules")}
+
+
+def sharding(m: Machine) -> dict[str, str]:
+    """6.2: the training runs use the launch's backend; the collectives probe always runs over gloo;
+    only Linux counts the bytes a process writes to its sockets."""
+    if m.system != "Linux":
+        system = {"Darwin": "macOS"}.get(m.system, m.system)
+        wire = (f"{system} does not count the bytes a process writes (Linux's /proc/self/io), so "
+                "here no bytes were measured on the sockets: the table has the collectives' own counts")
+    elif _ran_on_gpus(m, 2):
+        wire = ("Here the training ran over NCCL, whose GPU traffic the sockets do not see, so the "
+                "bytes measured on the sockets come from the probe below, which ran over gloo")
+    else:
+        wire = "Here the training ran over gloo too, so its sockets show what gloo sent in each step"
+    return {"sh_wire_where": wire, "sh_budget": f"{plans.MEMORY_PER_RANK >> 20} MB",
+            **_runs(m, "06_2_sharding")}
+
+
+def sharding_probe(m: Machine, rs_wire: float | None, rs_ring: float) -> str:
+    """6.2: what the gloo probe's socket count showed of one reduce-scatter, where it could count."""
+    if rs_wire is None:
+        return (f"This machine ({m.system}) does not show a process's socket bytes, as Linux's /proc "
+                f"does, so the probe counted none here; a ring's reduce-scatter sends {rs_ring:.2f} M, "
+                f"and gloo's, an all-reduce, twice that on Linux.")
+    return (f"The probe, always on gloo, confirms it for each collective alone. A reduce-scatter of M bytes "
+            f"made each rank send {rs_wire:.3f} M, where a ring sends {rs_ring:.2f} M: gloo's "
+            f"reduce-scatter is an all-reduce (asserted over 1.9 times the ring's bytes).")
+
+
+def elastic(m: Machine) -> dict[str, str]:
+    """7.1: its two loopback "nodes" share this machine, so they run gloo even where GPUs are."""
+    return {"el_nodes_backend": _loopback_nodes(m, "the two nodes below"), **_runs(m, "07_1_elastic")}
+
+
+def hangs(m: Machine) -> dict[str, str]:
+    """7.2 runs over gloo everywhere (monitored_barrier is gloo's); the flight recorder's dump on a
+    timeout comes from the NCCL watchdog, which only a GPU job has."""
+    if m.n_gpus:
+        recorder = (f"This machine has {m.describe()}, but this chapter's hangs ran over gloo, so no "
+                    "watchdog dumped a recorder here: a job over NCCL with the variables above does")
+    else:
+        recorder = f"This machine has {m.describe()}, so that dump is not shown here"
+    return {"hg_recorder_here": recorder, **_runs(m, "07_2_hangs")}
+
+
+def cluster(hostname: str, interfaces: dict[str, list[str]], netns_why_not: str) -> dict[str, str]:
+    """7.3: this machine's interfaces, and whether it can make network namespaces (and why not)."""
+    others = [f"{n} ({', '.join(a) or 'no IPv4 address'})" for n, a in interfaces.items() if n != "lo"]
+    where = (f"Besides loopback, this machine ({hostname}) has {', '.join(others)}: on a cluster the "
+             "interface that reaches the other nodes is the one to name" if others else
+             f"This machine ({hostname}) has loopback alone, so here both nodes can only meet on 127.0.0.1")
+    ns = ("This machine can make network namespaces (it runs as root and a veth pair was made and "
+          "removed), so the two nodes could be given addresses of their own: tests/test_cluster.py does it"
+          if not netns_why_not else
+          f"This machine cannot make network namespaces ({netns_why_not}), so both nodes stay on loopback")
+    return {"cl_interfaces": where, "cl_namespaces": ns}

@@ -1,0 +1,41 @@
+"""What several chapters' sentences share: where a launch ran, in words."""
+from __future__ import annotations
+
+from .. import plans
+from ..machine import Machine
+
+
+def _runs(m: Machine, chapter: str) -> dict[str, str]:
+    return {"runs_where": plans.chapter_jobs(m, chapter)}
+
+
+def _ran_on_gpus(m: Machine, nprocs: int) -> bool:
+    return plans.job(m, nprocs).backend == "nccl"
+
+
+def _split_why(m: Machine) -> str:
+    """Why the article's two-device model ran where ``plans.split_devices`` put it."""
+    if plans.split_devices(m)[1] != "cpu":
+        return "as the article intends"
+    return f"because this machine has {m.describe()}: the two-GPU path did not run here"
+
+
+def _p_list(ps: list[int]) -> str:
+    return " and ".join(f"p = {p}" for p in ps)
+
+
+def _plural_gpus(m: Machine) -> str:
+    return f"{m.n_gpus} GPU{'s' if m.n_gpus != 1 else ''}"
+
+
+def _where(backend: str) -> str:
+    return "on GPUs, one each, over NCCL" if backend == "nccl" else "on the CPU over gloo"
+
+
+def _loopback_nodes(m: Machine, nodes: str) -> str:
+    """Where torchrun agents that share this host run (``cluster.shared_host_env``): gloo on the CPU."""
+    if m.n_gpus:
+        return (f"This machine has {m.n_gpus} GPU{'s' if m.n_gpus > 1 else ''}, but {nodes} share "
+                f"{'them' if m.n_gpus > 1 else 'it'}, so they run gloo on the CPU: each agent numbers its "
+                "ranks from LOCAL_RANK 0, so both would take cuda:0, and NCCL refuses two ranks on one GPU")
+    return f"{nodes[0].upper()}{nodes[1:]} run gloo on the CPU, as every job on this machine does"
