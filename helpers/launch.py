@@ -52,7 +52,7 @@ from . import compat, devices, plans, protocol, stacks as stacks_
 from .displays import ProgressDisplay
 from .worker import RankSpec, rank_entry
 from .live import LogTail
-from .machine import this as this_machine
+from .machine import this as this_machine, to_json
 
 DEFAULT_TIMEOUT = 120.0
 SEPARATE_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # "1": each round's rank 0 serves a new store
@@ -255,7 +255,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         warnings.warn(note, SharedCoresWarning, stacklevel=2)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
-    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo",
+    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo", protocol.MACHINE: to_json(this_machine()),
            **({protocol.BACKEND: backend} if backend else {})}
     if threads:
         env[protocol.THREADS] = str(threads)

@@ -10,7 +10,9 @@ so a test can build one for a machine it is not running on::
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 import platform
 from dataclasses import dataclass, field
@@ -144,9 +146,25 @@ def usable_cores() -> int:
     return len(usable_cpus())
 
 
+def to_json(m: Machine) -> str:
+    return json.dumps({**dataclasses.asdict(m), "gpus": list(m.gpus), "cpu_flags": sorted(m.cpu_flags)})
+
+
+def from_json(text: str) -> Machine:
+    fields = json.loads(text)
+    return Machine(**{**fields, "gpus": tuple(fields["gpus"]), "cpu_flags": frozenset(fields["cpu_flags"])})
+
+
 @functools.lru_cache(maxsize=1)
 def this() -> Machine:
-    """This machine, asked once per process."""
+    """This machine, asked once per process; a rank of ``helpers.launch`` is handed the launcher's.
+
+    Asking for the GPUs' names and memory starts CUDA, which takes seconds on a node of 8 GPUs, and
+    every rank would pay it, even a gloo rank that never touches a GPU.
+    """
+    from .protocol import MACHINE
+    if os.environ.get(MACHINE):
+        return from_json(os.environ[MACHINE])
     import psutil
     import torch
     gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))

@@ -31,6 +31,7 @@ BACKEND = "HELPERS_BACKEND"          # "gloo" or "nccl" if the caller chose one
 THREADS = "HELPERS_THREADS"          # torch threads per rank if the caller chose them
 ERROR_FILE = "HELPERS_ERROR_FILE"    # where this rank reports its exception
 PROGRESS_FILE = "HELPERS_PROGRESS_FILE"  # where rank 0 appends its progress
+MACHINE = "HELPERS_MACHINE"          # the launcher's Machine as JSON: ranks need not ask the GPUs again
 
 PROGRESS_NAME = "progress.jsonl"
 

@@ -5,6 +5,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from helpers import machine
 from helpers.dist import distributed, report
 
 
@@ -14,7 +15,8 @@ def allreduce_rank() -> dict:
         t = torch.tensor([float(ctx.rank)], device=ctx.device)
         dist.all_reduce(t)
         return {"rank": ctx.rank, "world_size": ctx.world_size, "sum": t.item(),
-                "threads": torch.get_num_threads(), "backend": ctx.backend, "pid": os.getpid()}
+                "threads": torch.get_num_threads(), "backend": ctx.backend, "pid": os.getpid(),
+                "machine": machine.to_json(machine.this())}
 
 
 def fail_on(rank: int, message: str = "boom") -> dict:
