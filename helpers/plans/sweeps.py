@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from ..machine import Machine
 
+
 @dataclass(frozen=True)
 class Ranks:
     """The rank counts of a sweep, and what its ranks run on.
