@@ -3,33 +3,35 @@
 One function builds the argv of node i of n; the notebook runs it on loopback and prints
 the same argv for a cluster, and the SLURM script carries the same line::
 
-    argv = cluster.torchrun_argv("multinode.whoami", nnodes=2, nproc=1, endpoint="127.0.0.1:29500",
+    argv = cluster.torchrun_argv("multinode.whoami", nnodes=2, nproc=1, endpoint="127.0.0.1:29400",
                                  node=0, local_addr="127.0.0.1")
     runs = cluster.run_nodes([argv0, argv1], env=cluster.shared_host_env(2), timeout=60)
     cluster.slurm_script("multinode.whoami", nodes=4, nproc=8, interface="eth0")
 
-``run_nodes`` starts each node as a subprocess in its own session, watches the TCP
-sockets of its process tree while it runs, and kills whatever is left however it ends.
+``run_nodes`` (``helpers.node_runs``) starts each node as a subprocess in its own session,
+watches the TCP sockets of its process tree while it runs, and kills whatever is left.
+Every builder checks what it is given and raises ValueError on what torchrun or the shell
+would misread: the words become a command line, and under SLURM a script the shell runs.
 """
 from __future__ import annotations
 
-import contextlib
-import os
+import re
 import shlex
 import socket
-import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass, field
 
 import psutil
 
-from . import plans, protocol
+from . import protocol
 from .machine import Machine
 from .machine import this as this_machine
+from .node_runs import (NodeRun, bound_to, every_interface, host_job, kill_tree,  # noqa: F401 - re-exported
+                        listening, run_nodes)
 
-RDZV_PORT = 29500  # torchrun's usual rendezvous port; on loopback the OS picks a free one instead
+# torchrun's default port for a c10d rendezvous endpoint given without one (its docs and
+# c10d_rendezvous_backend.DEFAULT_PORT); 29500 is --master-port's, for the static rendezvous.
+# On loopback the OS picks a free port instead.
+RDZV_PORT = 29400
 LOOPBACK = "lo"
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")  # this Python's torchrun, wherever its venv is
 
@@ -39,6 +41,48 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+# --- What the builders accept ------------------------------------------------------------------
+
+_RECIPE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")   # module.function under helpers/recipes/
+_NAME = re.compile(r"[A-Za-z_][\w-]*")                   # a --key of the recipe, a --rdzv-conf key
+_IFNAME = re.compile(r"[\w.:@-]{1,15}")                   # Linux: at most 15 characters, no spaces or /
+
+
+def _count(name: str, value, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int of at least {least}, not {value!r}")
+    return value
+
+
+def _check_job(recipe: str, nnodes: int, nproc: int, node: int | None, min_nodes: int | None,
+               max_restarts: int, rdzv_conf: dict | None) -> None:
+    if not isinstance(recipe, str) or not _RECIPE.fullmatch(recipe):
+        raise ValueError(f"recipe must be module.function, as in 'multinode.whoami', not {recipe!r}")
+    _count("nnodes", nnodes, 1)
+    _count("nproc", nproc, 1)
+    _count("max_restarts", max_restarts, 0)
+    if min_nodes is not None and not 1 <= _count("min_nodes", min_nodes, 1) <= nnodes:
+        raise ValueError(f"min_nodes must be from 1 to nnodes ({nnodes}), not {min_nodes}")
+    if node is not None and not 0 <= _count("node", node, 0) < nnodes:
+        raise ValueError(f"node must be from 0 to nnodes - 1 ({nnodes - 1}), not {node}")
+    for k, v in (rdzv_conf or {}).items():  # torchrun splits --rdzv-conf at commas, then at '='
+        if not _NAME.fullmatch(str(k)) or any(c in str(v) for c in ",= ") or str(v) == "":
+            raise ValueError(f"rdzv_conf's {k}={v!r}: a key is a name and a value has no ',', '=' or space")
+
+
+def _check_port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"port must be an int from 1 to 65535, not {port!r}")
+    return port
+
+
+def check_interface(interface: str) -> str:
+    """A network interface's name as Linux allows it: what goes into an export line stays one word."""
+    if not isinstance(interface, str) or not _IFNAME.fullmatch(interface):
+        raise ValueError(f"not a network interface name: {interface!r} (1 to 15 letters, digits, '.', '_', '-', ':', '@')")
+    return interface
 
 
 def torchrun_argv(recipe: str, *, nnodes: int, nproc: int, endpoint: str, rdzv_id: str = "job",
@@ -55,6 +99,7 @@ def torchrun_argv(recipe: str, *, nnodes: int, nproc: int, endpoint: str, rdzv_i
     agent may restart its ranks. ``rdzv_conf``: more of the rendezvous's settings, such as
     ``last_call_timeout``.
     """
+    _check_job(recipe, nnodes, nproc, node, min_nodes, max_restarts, rdzv_conf)
     size = f"{min_nodes}:{nnodes}" if min_nodes is not None else str(nnodes)
     argv = [*torchrun, "--nnodes", size, "--nproc-per-node", str(nproc),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
@@ -73,16 +118,22 @@ def _restarts(max_restarts: int) -> list[str]:
 def standalone_argv(recipe: str, *, nproc: int, args: dict | None = None,
                     torchrun: tuple[str, ...] = ("torchrun",), max_restarts: int = 0) -> list[str]:
     """One node, all ranks on it: the rendezvous store lives in the agent, on a free port."""
+    _check_job(recipe, 1, nproc, None, None, max_restarts, None)
     return [*torchrun, "--standalone", "--nproc-per-node", str(nproc), *_restarts(max_restarts),
             "-m", "helpers.run", recipe, *recipe_args(args)]
 
 
 def recipe_args(args: dict | None) -> list[str]:
+    """``--key value`` for each of the recipe's keyword arguments; a key is a plain name."""
+    for k in args or {}:
+        if not isinstance(k, str) or not _NAME.fullmatch(k):
+            raise ValueError(f"a recipe argument's name must be a plain name, not {k!r}")
     return [t for k, v in (args or {}).items() for t in (f"--{k}", str(v))]
 
 
 def interface_env(interface: str) -> dict[str, str]:
     """Which network interface gloo and NCCL open their data sockets on (not the rendezvous's)."""
+    check_interface(interface)
     return {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
 
 
@@ -111,190 +162,46 @@ def loopback_argvs(recipe: str, *, nnodes: int = 2, nproc: int = 1, port: int | 
 
 # --- SLURM -------------------------------------------------------------------------------------
 
-def _shell_join(argv: list[str]) -> str:
-    """shlex.join, but a word with a shell variable in it is double-quoted so the shell expands it."""
-    return " ".join(f'"{w}"' if "$" in w else shlex.quote(w) for w in argv)
+HEAD, JOB_ID = "$head", "$SLURM_JOB_ID"  # left for the shell on each node to expand
+
+
+def _shell_join(argv: list[str], expand: set[int]) -> str:
+    """shlex.join, except the words at ``expand`` (the builder's own, with a shell variable in
+    them) are double-quoted so the shell expands them. Every other word, a recipe argument
+    among them, is single-quoted: a ``$(...)`` in it stays text."""
+    for i in expand:
+        if not re.fullmatch(r"[\w$:.-]*", argv[i]):
+            raise ValueError(f"{argv[i]!r} would not stay one word in double quotes")
+    return " ".join(f'"{w}"' if i in expand else shlex.quote(w) for i, w in enumerate(argv))
 
 
 def slurm_script(recipe: str, *, nodes: int, nproc: int, interface: str, port: int = RDZV_PORT,
                  args: dict | None = None) -> str:
     """An sbatch script: one srun task per node, each a torchrun agent with ``nproc`` ranks."""
     argv = slurm_argv(recipe, nodes=nodes, nproc=nproc, port=port, args=args)
+    expand = {argv.index("--rdzv-endpoint") + 1, argv.index("--rdzv-id") + 1}
     return "\n".join([
         "#!/bin/bash",
-        f"#SBATCH --job-name={recipe.split('.')[0]}",
+        f"#SBATCH --job-name={recipe.split('.')[0]}",  # a checked recipe: letters, digits, '_'
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1  # one torchrun agent per node; it starts the node's ranks",
         "# the first node of the allocation hosts the rendezvous store",
         'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
-        *(f"export {k}={v}" for k, v in interface_env(interface).items()),
-        "srun " + _shell_join(argv), ""])
+        *(f"export {k}={shlex.quote(v)}" for k, v in interface_env(interface).items()),
+        "srun " + _shell_join(argv, expand), ""])
 
 
 def slurm_argv(recipe: str, *, nodes: int, nproc: int, port: int = RDZV_PORT,
                args: dict | None = None) -> list[str]:
     """The torchrun argv that ``slurm_script`` runs on every node, shell variables unexpanded."""
-    return torchrun_argv(recipe, nnodes=nodes, nproc=nproc, endpoint=f"$head:{port}",
-                         rdzv_id="$SLURM_JOB_ID", args=args)
+    return torchrun_argv(recipe, nnodes=nodes, nproc=nproc, endpoint=f"{HEAD}:{_check_port(port)}",
+                         rdzv_id=JOB_ID, args=args)
 
 
 def script_argv(script: str) -> list[str]:
     """The argv of the script's srun line, as the shell splits it (before expanding variables)."""
     line = next(ln for ln in script.splitlines() if ln.startswith("srun "))
     return shlex.split(line)[1:]
-
-
-# --- Running the nodes -------------------------------------------------------------------------
-
-@dataclass
-class NodeRun:
-    """One node's subprocess: its argv, exit code, output, and every TCP socket seen in its tree."""
-
-    argv: list[str]
-    returncode: int | None = None
-    stdout: str = ""
-    sockets: set = field(default_factory=set)  # (role, pid, status, ip, port, remote ip, remote port)
-    pids: set = field(default_factory=set)
-
-
-def _role(p: psutil.Process) -> str:
-    """The agent is the process torchrun started; its children are the ranks."""
-    cmd = " ".join(p.cmdline())
-    return "agent" if "torch.distributed.run" in cmd or "torchrun" in cmd else "rank"
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-TCP_STATES = {"01": psutil.CONN_ESTABLISHED, "0A": psutil.CONN_LISTEN}  # /proc/net/tcp's codes
-
-
-def _address(field: str, family: int) -> tuple[str, int]:
-    """An ``ADDR:PORT`` of /proc/net/tcp: the address's 32-bit words are in the host's byte order."""
-    hexip, hexport = field.split(":")
-    raw = bytes.fromhex(hexip)
-    if sys.byteorder == "little":
-        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-    return socket.inet_ntop(family, raw), int(hexport, 16)
-
-
-def _proc_sockets(pid: int) -> list[tuple]:
-    """(status, ip, port, remote ip, remote port) of the process's TCP sockets, from its own
-    /proc/PID/net tables: those of its network namespace, which need not be ours (Linux)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if link.startswith("socket:["):
-                inodes.add(link[8:-1])
-    found = []
-    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            for words in (line.split() for line in f.readlines()[1:]):
-                if words[9] in inodes and words[3] in TCP_STATES:
-                    found.append((TCP_STATES[words[3]], *_address(words[1], family), *_address(words[2], family)))
-    return found
-
-
-def _sockets(p: psutil.Process) -> list[tuple]:
-    """/proc where there is one (it sees into other namespaces), psutil elsewhere (macOS)."""
-    if os.path.isdir(f"/proc/{p.pid}/net"):
-        return _proc_sockets(p.pid)
-    return [(c.status, c.laddr.ip, c.laddr.port, *(c.raddr or ("", 0)))
-            for c in p.net_connections(kind="tcp") if c.status in TCP_STATES.values()]
-
-
-def _look(run: NodeRun, pid: int) -> None:
-    """Note the TCP sockets that the node's processes hold right now (LISTEN and ESTABLISHED)."""
-    for p in _tree(pid):
-        try:
-            role, found = _role(p), _sockets(p)
-        except (OSError, psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        run.pids.add((role, p.pid))
-        run.sockets.update((role, p.pid, *s) for s in found)
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a node's agent and every rank under it: the tree is listed first, then all are killed.
-
-    It waits for the ranks; the agent is left for its parent to reap (``Popen.wait``), which then
-    still reads its exit status.
-    """
-    procs = _tree(pid)
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs[1:], timeout=5)
-
-
-def host_job(argvs: list[list[str]], env: dict[str, str]) -> plans.HostJob | None:
-    """The torchrun agents ``argvs`` start on this host, with the backend ``env`` sets; else None."""
-    nprocs = {a[a.index("--nproc-per-node") + 1] if "--nproc-per-node" in a else None for a in argvs}
-    if len(nprocs) != 1 or None in nprocs:
-        return None
-    return plans.HostJob(len(argvs), int(nprocs.pop()), env.get(protocol.BACKEND) or None)
-
-
-def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout: float = 60,
-              interval: float = 0.1) -> list[NodeRun]:
-    """Start every node at once, watch their sockets until all exit, and never leave one running.
-
-    Agents that would put two NCCL ranks on one GPU are refused first (``plans.place_ranks``).
-
-    Past ``timeout`` seconds, or on any exception (a KeyboardInterrupt too), the ``finally``
-    kills every node's whole process tree; a node that was killed has returncode -9.
-    """
-    full_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    if job := host_job(argvs, full_env):  # refused before anything starts, not by NCCL inside the ranks
-        plans.place_ranks(this_machine(), job)
-    runs, procs, logs = [NodeRun(a) for a in argvs], [], []
-    try:
-        for argv in argvs:
-            log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block a rank
-            logs.append(log)
-            procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                          start_new_session=True))
-        deadline = time.monotonic() + timeout
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            for run, p in zip(runs, procs):
-                _look(run, p.pid)
-            time.sleep(interval)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                kill_tree(p.pid)
-            p.wait()
-        for run, p, log in zip(runs, procs, logs):
-            run.returncode = p.returncode
-            log.seek(0)
-            run.stdout = log.read()
-            log.close()
-    return runs
-
-
-def listening(runs: list[NodeRun]) -> list[tuple]:
-    """(node, role, ip, port) of every LISTEN socket seen, sorted."""
-    return sorted({(i, role, ip, port) for i, r in enumerate(runs)
-                   for role, _, status, ip, port, *_ in r.sockets if status == psutil.CONN_LISTEN})
-
-
-def every_interface(ip: str) -> bool:
-    return ip in ("0.0.0.0", "::")
-
-
-def bound_to(ip: str) -> str:
-    """What a listening socket's address means, in words."""
-    if ip == "::":
-        return "`::`, every interface, IPv4 ones too (a dual-stack socket)"
-    return "`0.0.0.0`, every IPv4 interface" if ip == "0.0.0.0" else f"`{ip}` alone"
 
 
 # --- This machine's network facts ----------------------------------------------------------------

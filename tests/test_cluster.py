@@ -1,11 +1,13 @@
 """From one machine to a cluster (chapter 7.3): the torchrun commands, the SLURM script, and a real
 two-node job on loopback that leaves nothing running."""
 import json
+import os
+import subprocess
 
 import psutil
 import pytest
 
-from helpers import cluster, netns, plans, protocol
+from helpers import cluster, netns, node_runs, plans, protocol
 from helpers.recipes import multinode
 
 
@@ -32,9 +34,65 @@ def test_slurm_script_runs_the_built_argv():
     assert "#SBATCH --nodes=4" in script and "#SBATCH --ntasks-per-node=1" in script
     assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in script
     assert "export GLOO_SOCKET_IFNAME=eth0" in script and "export NCCL_SOCKET_IFNAME=eth0" in script
-    argv = cluster.slurm_argv("multinode.whoami", nodes=4, nproc=8, args={"hold": 0})
-    assert cluster.script_argv(script) == argv
-    assert '"$head:29500"' in script and "$head:29500" in argv
+    # written out by hand, not by the builder: a wrong builder cannot agree with itself here
+    assert cluster.script_argv(script) == [
+        "torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", "$head:29400", "--rdzv-id", "$SLURM_JOB_ID",
+        "-m", "helpers.run", "multinode.whoami", "--hold", "0"]
+    assert '"$head:29400"' in script and cluster.RDZV_PORT == 29400  # torchrun's c10d default
+
+
+def _run_script(script: str, tmp_path) -> list[str]:
+    """Run the sbatch script with bash, with stand-ins for scontrol and srun: srun prints its words."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "scontrol").write_text("#!/bin/sh\necho nodeA; echo nodeB\n")
+    (bin_ / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$GLOO_SOCKET_IFNAME" "$@"\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "x"}
+    done = subprocess.run(["bash", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
+    return done.stdout.splitlines()
+
+
+def test_the_slurm_script_expands_its_own_variables_and_nothing_from_its_arguments(tmp_path):
+    evil = "$(touch pwned)`touch pwned2`;touch pwned3 '\""
+    script = cluster.slurm_script("multinode.whoami", nodes=2, nproc=1, interface="eth0", args={"out_dir": evil})
+    words = _run_script(script, tmp_path)
+    assert words[0] == "eth0" and words[words.index("--rdzv-endpoint") + 1] == "nodeA:29400"
+    assert words[words.index("--rdzv-id") + 1] == "77" and words[-2:] == ["--out_dir", evil]
+    assert not list(tmp_path.glob("pwned*"))
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda: cluster.slurm_script("m.f", nodes=2, nproc=1, interface="eth0; rm -rf ~"), "interface"),
+    (lambda: cluster.interface_env("$(id)"), "interface"),
+    (lambda: cluster.slurm_script("m.f; id", nodes=2, nproc=1, interface="eth0"), "recipe"),
+    (lambda: cluster.slurm_script("m.f", nodes=2, nproc=1, interface="eth0", args={"a b": 1}), "name"),
+    (lambda: cluster.slurm_script("m.f", nodes=2, nproc=1, interface="eth0", port=70000), "port"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=0, nproc=1, endpoint="h:1"), "nnodes"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=0, endpoint="h:1"), "nproc"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2.0, nproc=1, endpoint="h:1"), "nnodes"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1", node=2), "node"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1", node=-1), "node"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1", min_nodes=3), "min_nodes"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1", min_nodes=0), "min_nodes"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1", max_restarts=-1), "max_restarts"),
+    (lambda: cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1",
+                                   rdzv_conf={"join_timeout": "5,is_host=1"}), "rdzv_conf"),
+    (lambda: cluster.standalone_argv("m.f", nproc=2, max_restarts=-2), "max_restarts"),
+    (lambda: cluster.loopback_argvs("m.f", nnodes=2, min_nodes=5), "min_nodes"),
+])
+def test_the_builders_refuse_what_torchrun_or_the_shell_would_misread(call, said):
+    with pytest.raises(ValueError, match=said):
+        call()
+
+
+def test_the_builders_accept_the_edges():
+    argv = cluster.torchrun_argv("m.f", nnodes=2, nproc=1, endpoint="h:1", node=1, min_nodes=2, max_restarts=0,
+                                 rdzv_conf={"last_call_timeout": 2})
+    assert argv[argv.index("--rdzv-conf") + 1] == "is_host=0,last_call_timeout=2" and "--max-restarts" not in argv
+    assert cluster.interface_env("enp0s31f6.100")["NCCL_SOCKET_IFNAME"] == "enp0s31f6.100"
 
 
 @pytest.mark.parametrize("name, m", list(plans.PROFILES.items()), ids=list(plans.PROFILES))
@@ -56,8 +114,8 @@ def test_the_job_run_nodes_reads_from_argvs_and_env():
 
 def test_run_nodes_refuses_two_nccl_ranks_on_one_gpu_before_starting_anything(monkeypatch, nothing_left):
     gpu = plans.PROFILES["1 GPU + 16 cores"]
-    monkeypatch.setattr(cluster, "this_machine", lambda: gpu)
-    monkeypatch.setattr(cluster.subprocess, "Popen", lambda *a, **k: pytest.fail("a node was started"))
+    monkeypatch.setattr(node_runs, "this_machine", lambda: gpu)
+    monkeypatch.setattr(node_runs.subprocess, "Popen", lambda *a, **k: pytest.fail("a node was started"))
     with pytest.raises(RuntimeError, match="two NCCL ranks on one GPU"):
         cluster.run_nodes(cluster.loopback_argvs("multinode.whoami"), env=cluster.interface_env("lo"))
     with pytest.raises(pytest.fail.Exception, match="a node was started"):  # gloo: it would start them
@@ -105,6 +163,15 @@ def test_a_node_past_its_timeout_is_killed_with_its_ranks(nothing_left):
     assert runs[0].returncode == -9
     assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
                for _, pid in runs[0].pids)
+
+
+def test_a_node_killed_while_its_ranks_run_takes_them_with_it(nothing_left):
+    """kill_tree's ranks: a one-node job whose two ranks hold their group for a minute."""
+    argv = cluster.standalone_argv("multinode.whoami", nproc=2, torchrun=cluster.TORCHRUN, args={"hold": 60})
+    runs = cluster.run_nodes([argv], env=cluster.shared_host_env(2), timeout=25)
+    ranks = [pid for role, pid in runs[0].pids if role == "rank"]
+    assert runs[0].returncode == -9 and len(ranks) >= 2, (runs[0].pids, runs[0].stdout[-2000:])
+    assert not [pid for pid in ranks if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_recipe_runs_as_one_plain_process():

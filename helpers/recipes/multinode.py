@@ -2,7 +2,7 @@
 
 Run on each "node" (two torchrun agents on one machine, or two real machines)::
 
-    torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HEAD:29500 \\
+    torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HEAD:29400 \\
              -m helpers.run multinode.whoami --out_dir /shared/run
 """
 from __future__ import annotations
