@@ -5,7 +5,8 @@
 
 ``rejoin_trial`` launches ``recipes.elastic.rejoin``: rank 1 fails once its group is up,
 the agent restarts both ranks, and the new ranks must form a plain gloo group again.
-Whether the agent shares its rendezvous store with them decides whether they can.
+Whether the ranks use the store node 0's agent keeps for its whole life (torch's default) or
+one of their own decides whether they can; ``store_memory`` shows what that store remembers.
 ``torchrun_restart`` and ``lose_a_node`` run ``recipes.elastic.train`` under the torchrun
 CLI, as one node or as two nodes on loopback (``helpers.cluster``), one of which is lost.
 """
@@ -35,8 +36,9 @@ class Outcome:
 
 @contextmanager
 def agent_store(shared: bool):
-    """Run the block with the agent's store shared with the workers (torch's default) or not;
-    the caller's own setting of the variable comes back afterwards."""
+    """Run the block with the ranks' store kept by node 0's agent (torch's default: a second
+    TCPStore beside the rendezvous's, made once and kept across rounds) or served by each round's
+    rank 0; the caller's own setting of the variable comes back afterwards."""
     before = os.environ.get(SEPARATE_STORE)
     os.environ[SEPARATE_STORE] = "0" if shared else "1"
     try:
@@ -64,6 +66,12 @@ def rejoin_trial(shared_store: bool, timeout: float = 10.0) -> Outcome:
         except (RankError, LaunchTimeout) as e:
             said, rejoined = f"{type(e).__name__}: {first_line(e)}", False
     return Outcome(shared_store, rejoined, time.perf_counter() - start, said)
+
+
+def store_memory(shared_store: bool, timeout: float = 30.0) -> list[dict]:
+    """One launch of ``elastic.store_memory`` with one restart: each rank's view of the dead round's keys."""
+    with agent_store(shared_store):
+        return launch(elastic.store_memory, nprocs=2, max_restarts=1, show=None, timeout=timeout)
 
 
 # --- The same restarts under the torchrun CLI, one node or two -----------------------------------

@@ -13,7 +13,7 @@ from faults_kit import TRIALS, private_tmp, run_trials  # noqa: F401 - private_t
 
 from helpers import RankError, analysis, checkpoint, launch, machine, restarts
 from helpers.launch import SEPARATE_STORE
-from helpers.recipes import elastic, smoke
+from helpers.recipes import elastic
 
 RUN = dict(steps=30, save_every=10)  # a failure after step 17 resumes from step 10's checkpoint
 
@@ -43,10 +43,28 @@ def test_a_restarted_job_resumes_exactly_ten_times_out_of_ten(uninterrupted, tmp
 
 def test_a_job_that_fails_every_attempt_reports_its_last_attempt(uninterrupted):
     def trial(i):
+        restarts_ = i % 3  # 0, 1, 2: the error is the last attempt's, whichever that is
         with pytest.raises(RankError) as info:
-            launch(smoke.fail_on, 1, nprocs=2, show=None, max_restarts=2, message=f"still broken {i}")
-        assert (info.value.rank, info.value.message) == (1, f"still broken {i}")
+            launch(elastic.fail_always, nprocs=2, show=None, max_restarts=restarts_)
+        assert (info.value.rank, info.value.message) == (1, f"rank 1 failed in attempt {restarts_}")
     run_trials("14. a rank fails in every attempt", trial, n=3)
+
+
+def test_the_agents_store_outlives_the_round_and_a_store_of_the_ranks_own_does_not(uninterrupted):
+    for shared in (True, False):
+        ranks = restarts.store_memory(shared)
+        assert [(r["restart"], r["shared"]) for r in ranks] == [(1, shared)] * 2, ranks
+        assert [r["dead_round_keys"] for r in ranks] == [[0, 1] if shared else []] * 2, ranks
+    assert SEPARATE_STORE not in os.environ
+
+
+@pytest.mark.parametrize("lost, said", [(0, "did not spring"), (1, "in 1 of 3 trials"), (3, "in all 3 trials")])
+def test_the_traps_sentence_says_what_happened(lost, said):
+    from helpers.sentences import beyond_the_article
+    text = beyond_the_article.elastic_trap(3, lost, 8.2)
+    assert said in text and (("failed" in text) is (lost > 0))
+    with pytest.raises(ValueError):
+        beyond_the_article.elastic_trap(3, 4)
 
 
 def test_the_callers_store_setting_stands_and_the_magic_restarts_too(uninterrupted, monkeypatch, capsys):

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from helpers import protocol
+from helpers.dist import distributed
 from helpers.recipes import checkpointing
 
 
@@ -28,6 +29,16 @@ def train(folder: str, fail_at: int | None = None, fail_rank: int = 1, how: str 
     result = checkpointing.train(folder, crash_at=fail_at if restart == 0 else None, crash_rank=fail_rank,
                                  crash_with=how, resume="elastic", **kwargs)
     return {**result, "restart": restart}
+
+
+def fail_always(fail_rank: int = 1) -> dict:
+    """A job that no restart saves: ``fail_rank`` fails in every attempt, saying which attempt."""
+    restart = protocol.restart_count()
+    with distributed() as ctx:
+        if ctx.rank == fail_rank:
+            raise RuntimeError(f"rank {fail_rank} failed in attempt {restart}")
+        dist.barrier()
+        return {"rank": ctx.rank, "restart": restart}
 
 
 def rejoin(fail_rank: int = 1) -> dict:
@@ -49,3 +60,28 @@ def rejoin(fail_rank: int = 1) -> dict:
                 "store_shared": os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"}
     finally:
         dist.destroy_process_group()
+
+
+def store_memory(fail_rank: int = 1) -> dict:
+    """What the store behind ``MASTER_PORT`` holds after a restart: no group, only the store.
+
+    Every rank writes a key into that store, the way ``init_process_group`` does, and on the
+    first attempt ``fail_rank`` then fails. The restarted ranks look for the dead round's keys.
+    Under the agent's store (``TORCHELASTIC_USE_AGENT_STORE=True``) every rank is a client of
+    a store node 0's agent keeps; otherwise rank 0 serves a new one, as ``init_process_group`` would.
+    """
+    restart, rank = protocol.restart_count(), int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=rank == 0 and not shared, timeout=protocol.group_timeout(60))
+    store.set(f"attempt{restart}/rank{rank}", str(os.getpid()))
+    store.wait([f"attempt{restart}/rank{r}" for r in range(world)])
+    if restart == 0 and rank == fail_rank:
+        raise RuntimeError(f"rank {fail_rank} failed on purpose (attempt {restart})")
+    old = [r for r in range(world) if restart and store.check([f"attempt0/rank{r}"])]
+    store.set(f"attempt{restart}/done{rank}", "1")
+    if rank == 0:  # the host of a store of the ranks' own must outlive every client's last call
+        store.wait([f"attempt{restart}/done{r}" for r in range(world)])
+    return {"rank": rank, "restart": restart, "shared": shared, "dead_round_keys": old,
+            "master_port": int(os.environ["MASTER_PORT"])}

@@ -12,6 +12,7 @@ first), or "none" (a group timeout of an hour: only the launcher's timeout ends 
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import timedelta
@@ -54,5 +55,28 @@ def hang(case: str = "skip", tool: str = "timeout", timeout_s: float = 2.0) -> d
         rank = dist.get_rank()
         grad = _step(case, rank, timedelta(seconds=timeout_s) if tool == "monitored" else None)
         return {"rank": rank, "sum": grad.tolist()}
+    finally:
+        dist.destroy_process_group()
+
+
+def recorded(detail: bool = False, entries: int = 64) -> dict:
+    """One healthy all_reduce, then this rank's flight recorder, dumped on demand.
+
+    gloo records its collectives too, not only NCCL, once ``TORCH_FR_BUFFER_SIZE`` is set
+    before the group is made. ``detail``: under TORCH_DISTRIBUTED_DEBUG=DETAIL the recorder
+    also holds the checks the wrapper ran before the all_reduce.
+    """
+    os.environ["TORCH_FR_BUFFER_SIZE"] = str(entries)
+    if detail:
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        dist.set_debug_level_from_env()
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    try:
+        from torch._C import _distributed_c10d as c10d
+        before = len(json.loads(c10d._dump_fr_trace_json()).get("entries", []))  # the group's own set-up
+        dist.all_reduce(torch.ones(4))
+        found = json.loads(c10d._dump_fr_trace_json()).get("entries", [])[before:]
+        return {"rank": dist.get_rank(),
+                "entries": [(e["profiling_name"], e["input_sizes"]) for e in found]}
     finally:
         dist.destroy_process_group()

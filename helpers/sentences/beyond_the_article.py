@@ -62,14 +62,32 @@ def elastic(m: Machine) -> dict[str, str]:
     return {"el_nodes_backend": _loopback_nodes(m, "the two nodes below"), **_runs(m, "07_1_elastic")}
 
 
+def elastic_trap(trials: int, lost: int, lost_s: float = 0.0) -> str:
+    """7.1: what the shared store's trials did here, worded for none lost, some, or all."""
+    if not 0 <= lost <= trials or trials < 1:
+        raise ValueError(f"{lost} lost of {trials} trials")
+    if lost == 0:
+        return (f"With torch's default, the agent's store, the restarted ranks formed their group in "
+                f"all {trials} trials here too: the trap did not spring this time. It is a race: the "
+                "store held the dead round's keys (asserted above), and a restarted rank is caught only "
+                "if it reads its peer's old address before the peer has written its new one")
+    some = f"all {trials}" if lost == trials else f"{lost} of {trials}"
+    return (f"With torch's default, the agent's store, the restarted ranks failed to form their group "
+            f"in {some} trials, each after at most {lost_s:.0f} s: gloo could not connect to the "
+            "address it read, or the ranks waited until the launch's timeout (each such failure is "
+            "one of the two, asserted)")
+
+
 def hangs(m: Machine) -> dict[str, str]:
-    """7.2 runs over gloo everywhere (monitored_barrier is gloo's); the flight recorder's dump on a
-    timeout comes from the NCCL watchdog, which only a GPU job has."""
+    """7.2 runs over gloo everywhere (monitored_barrier is gloo's); its flight recorder is dumped on
+    demand. The dump on a timeout comes from the NCCL watchdog, which only a GPU job has."""
     if m.n_gpus:
-        recorder = (f"This machine has {m.describe()}, but this chapter's hangs ran over gloo, so no "
-                    "watchdog dumped a recorder here: a job over NCCL with the variables above does")
+        recorder = (f"This machine has {m.describe()}, but this chapter's hangs ran over gloo, so the "
+                    "recorders above were dumped on demand: a job over NCCL with the variables above "
+                    "has its watchdog dump them on a timeout")
     else:
-        recorder = f"This machine has {m.describe()}, so that dump is not shown here"
+        recorder = (f"This machine has {m.describe()}, so no watchdog of a GPU job dumped anything "
+                    "here: the recorders above are gloo's, dumped on demand")
     return {"hg_recorder_here": recorder, **_runs(m, "07_2_hangs")}
 
 
