@@ -81,7 +81,8 @@ def _check_port(port: int) -> int:
 def check_interface(interface: str) -> str:
     """A network interface's name as Linux allows it: what goes into an export line stays one word."""
     if not isinstance(interface, str) or not _IFNAME.fullmatch(interface):
-        raise ValueError(f"not a network interface name: {interface!r} (1 to 15 letters, digits, '.', '_', '-', ':', '@')")
+        raise ValueError(f"not a network interface name: {interface!r} "
+                         "(1 to 15 letters, digits, '.', '_', '-', ':', '@')")
     return interface
 
 

@@ -5,7 +5,7 @@
 
     # two nodes; run this on each, with the first node's address:
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
-             --rdzv-endpoint node0.example:29500 -m helpers.run ddp_mnist.train
+             --rdzv-endpoint node0.example:29400 -m helpers.run ddp_mnist.train
 
 RECIPE is ``module.function`` under ``helpers/recipes``. Each ``--key value``
 becomes a keyword argument; values are read as Python literals when they

@@ -23,7 +23,7 @@ class HostJob:
 TORCHRUN_JOBS = {
     "05_1_ddp_training": (HostJob(2, 1, "gloo"),),          # two loopback nodes: RANK against LOCAL_RANK
     "07_1_elastic": (HostJob(1, 2), HostJob(2, 1, "gloo")),  # a restart under the CLI; a lost node
-    "07_3_cluster": (HostJob(2, 1, "gloo"), HostJob(1, 2, "gloo")),  # 2 nodes x 1, then 1 node x 2
+    "07_3_cluster": (HostJob(2, 1, "gloo"), HostJob(2, 2, "gloo"), HostJob(1, 2, "gloo")),  # 2 x 1, 2 x 2, 1 x 2
 }
 
 
