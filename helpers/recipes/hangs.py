@@ -9,6 +9,7 @@
 seconds), "detail" (TORCH_DISTRIBUTED_DEBUG=DETAIL), "monitored" (a monitored_barrier
 first), or "none" (a group timeout of an hour: only the launcher's timeout ends the job).
 ``timeout_s`` is the group's timeout (launch's own ``timeout`` is the job's).
+``recorded`` is no hang: a healthy all_reduce, then what gloo wrote into the flight recorder.
 """
 from __future__ import annotations
 
@@ -73,9 +74,12 @@ def recorded(detail: bool = False, entries: int = 64) -> dict:
     dist.init_process_group("gloo", timeout=timedelta(seconds=30))
     try:
         from torch._C import _distributed_c10d as c10d
-        before = len(json.loads(c10d._dump_fr_trace_json()).get("entries", []))  # the group's own set-up
+        dump = getattr(c10d, "_dump_fr_trace_json", None)  # private, and new: 2.14 has it
+        if dump is None:
+            raise RuntimeError(f"torch {torch.__version__} cannot dump its flight recorder on demand")
+        before = len(json.loads(dump()).get("entries", []))  # the group's own set-up
         dist.all_reduce(torch.ones(4))
-        found = json.loads(c10d._dump_fr_trace_json()).get("entries", [])[before:]
+        found = json.loads(dump()).get("entries", [])[before:]
         return {"rank": dist.get_rank(),
                 "entries": [(e["profiling_name"], e["input_sizes"]) for e in found]}
     finally:
