@@ -39,7 +39,8 @@ def test_slurm_script_runs_the_built_argv():
         "torchrun", "--nnodes", "4", "--nproc-per-node", "8", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", "$head:29400", "--rdzv-id", "$SLURM_JOB_ID",
         "-m", "helpers.run", "multinode.whoami", "--hold", "0"]
-    assert '"$head:29400"' in script and cluster.RDZV_PORT == 29400  # torchrun's c10d default
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+    assert '"$head:29400"' in script and cluster.RDZV_PORT == c10d_rendezvous_backend.DEFAULT_PORT == 29400
 
 
 def _run_script(script: str, tmp_path) -> list[str]:
