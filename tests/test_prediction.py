@@ -147,7 +147,6 @@ def test_held_out_scores_the_predictor_and_the_article_on_unseen_pairs():
     assert [(r["model"], r["G"]) for r in rows] == [(m, G) for m, Gs in HELD.items() for G in Gs]
     assert analysis.errors(rows)["worst"] < 1e-6  # the model is the machine: no error
     assert analysis.errors(rows, "article_error")["median"] > 0.05  # the article leaves four terms out
-    assert all(r["spread"][0] <= r["measured"] <= r["spread"][1] for r in rows)
     assert all(r["scatter"] == pytest.approx(0, abs=1e-12) for r in rows)  # the drift is the same at p = 1 and 2: every round agrees
     crossing = analysis.crossovers(rows, target=0.0)  # every S >= 0: the smallest G of each grid
     assert crossing == {m: {"predicted": Gs[0], "measured": Gs[0], "steps_apart": 0} for m, Gs in HELD.items()}
@@ -166,8 +165,29 @@ def test_scatter_is_half_the_rounds_range_of_S2_relative_to_its_median():
         if b["round"] == 2 and b["p"] == 2 and b["model"].endswith(" overlap"):
             b["step"] *= 1.1
     rows = analysis.held_out(ranks, cal, HELD)
+    # the rounds' S(2) are S, S and S / 1.1: the median is S (not the mean), the range S / 1.1 to S
+    for r in rows:
+        s = r["predicted"]  # the made-up machine is the model: every calm round's S(2)
+        assert r["measured"] == pytest.approx(s) and r["spread"] == pytest.approx((s / 1.1, s)), r
     assert all(r["scatter"] == pytest.approx((1 - 1 / 1.1) / 2) for r in rows)
     assert analysis.errors(rows, "scatter")["worst"] == pytest.approx((1 - 1 / 1.1) / 2)
+
+
+def test_speedup_lead_compares_two_jobs_round_by_round():
+    ranks = _ranks()
+    for b in ranks[0]["runs"]:  # round 1 busy for the big job's two ranks only: its S(2) that round is 1 / 1.5
+        if b["round"] == 1 and b["p"] == 2 and b["model"] == "big overlap" and b["G"] == 4096:
+            b["step"] *= 1.5
+    cal = analysis.calibrate(_sweep(), ranks, CAL)
+    big, small = (cal.speedup(m, G) for m, G in (("big", 4096), ("small", 256)))  # every calm round's S(2)
+    lead = analysis.speedup_lead(ranks, ("big", 4096), ("small", 256))
+    assert lead["n"] == 3 and lead["median"] == pytest.approx(big / small)  # the median round, not the mean
+    assert (lead["min"], lead["max"]) == pytest.approx((big / small / 1.5, big / small))
+    ranks[0]["runs"] = [b for b in ranks[0]["runs"]  # round 0's small job lost its p = 2 block: that round is skipped
+                        if not (b["round"] == 0 and b["model"] == "small overlap" and b["G"] == 256 and b["p"] == 2)]
+    assert analysis.speedup_lead(ranks, ("big", 4096), ("small", 256))["n"] == 2
+    with pytest.raises(ValueError, match="no round"):
+        analysis.speedup_lead(ranks, ("small", 256), ("small", 123))
 
 
 def test_regime_names_a_step_by_its_shares_not_by_the_machine():

@@ -122,6 +122,21 @@ def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -
     return out
 
 
+def speedup_lead(ranks: list[dict], ahead: tuple[str, int], behind: tuple[str, int]) -> dict[str, float]:
+    """Per round, the held-out S(2) of ``ahead`` (model, G) over that of ``behind``: two jobs measured
+    in the same round, so a round in which the machine was busy slows both, and the comparison holds
+    where a bound on one S(2) would not. Median, min and max over the rounds (``ratio_spread``)."""
+    def by_round(model: str, G: int) -> dict[int, float]:
+        rows = [r for r in ranks[0]["runs"] if r["model"] == model + OVERLAP and r["G"] == G]
+        one = {r["round"]: r["step"] for r in rows if r["p"] == 1}
+        return {r["round"]: one[r["round"]] / r["step"] for r in rows if r["p"] == 2 and r["round"] in one}
+    a, b = by_round(*ahead), by_round(*behind)
+    ratios = [a[r] / b[r] for r in sorted(a) if r in b]
+    if not ratios:
+        raise ValueError(f"no round has both {ahead} and {behind} at p = 1 and 2 among the held-out blocks")
+    return ratio_spread(ratios)
+
+
 def errors(rows: list[dict], key: str = "error") -> dict[str, float]:
     """Median and worst of one error column (or ``scatter``) over the held-out rows."""
     e = [r[key] for r in rows]

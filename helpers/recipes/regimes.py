@@ -62,6 +62,9 @@ def gloo_job(recipe: str):
 CALIBRATION = {"simple": [96, 192, 3072, 6144], "wide-512x4": [768, 1536], "wide-1024x4": [384, 768]}
 HELD_OUT = {"simple": [256, 512, 1024, 2048, 4096, 8192], "wide-1024x4": [256, 512, 1024, 2048, 4096],
             "wide-512x4": [512, 4096]}
+# The two ends the chapter sets side by side: a held-out job whose step is matmuls, and one whose step
+# is mostly its all_reduce. Each one's S(2) is timed in the same rounds as the other's.
+COMPUTE_BOUND, TALK_BOUND = ("wide-1024x4", 4096), ("simple", 256)
 STEPS = {"simple": 10, "wide-512x4": 5, "wide-1024x4": 3}  # per block: each about 0.1-3 s
 SWEEP = [4096 * 2**k for k in range(13)]  # 4 KB to 16 MB, as chapter 4.2 steps them
 
