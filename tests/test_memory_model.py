@@ -73,11 +73,32 @@ def test_transformer_params_count_torch_layers():
     assert theory.transformer_params(layers, hidden, vocab, seq) == real
 
 
+def korthikanti_itemized(b, s, h, a, v):
+    """Korthikanti et al. (2022), section 4.1, item by item for one layer: v bytes a value, 1 a mask."""
+    sbh, as2b = s * b * h, a * s * s * b
+    attention = [v * sbh,                  # QKV projection's input
+                 v * sbh, v * sbh,         # Q and K, for QK^T
+                 v * as2b,                 # softmax output
+                 as2b,                     # softmax dropout's mask
+                 v * as2b, v * sbh,        # attention over values: the dropout's output, V
+                 v * sbh,                  # output projection's input
+                 sbh]                      # its dropout's mask
+    mlp = [v * sbh, 4 * v * sbh, 4 * v * sbh, sbh]  # first Linear's input, GeLU's input, second's, mask
+    layer_norms = [v * sbh, v * sbh]
+    return sum(attention + mlp + layer_norms)
+
+
+@pytest.mark.parametrize("precision, v", [("autocast", 2), ("fp32", 4)])
+def test_transformer_activations_are_korthikantis_items(precision, v):
+    b, s, h, L, a = 2, 2048, 4096, 3, 32
+    expected = L * korthikanti_itemized(b, s, h, a, v)
+    assert theory.transformer_activation_bytes(b, s, h, L, a, precision) == expected
+
+
 def test_transformer_activations_reduce_to_korthikanti_at_16_bit():
     b, s, h, L, a = 2, 2048, 4096, 3, 32
     expected = L * s * b * h * (34 + 5 * a * s / h)
     assert theory.transformer_activation_bytes(b, s, h, L, a, "autocast") == pytest.approx(expected)
-    assert theory.transformer_activation_bytes(b, s, h, L, a, "fp32") > expected
 
 
 def test_strategy_memory_splits_states_over_stages_and_activations_over_everything():

@@ -58,6 +58,15 @@ def test_replay_weighs_unequal_stages_and_refuses_a_deadlock():
         theory.replay_idle([[("B", (0, 0)), ("F", (0, 0))], [("F", (1, 0)), ("B", (1, 0))]], [1, 1])
 
 
+def test_replay_with_measured_lengths_starts_each_action_as_early_as_its_inputs_allow():
+    # GPipe, p = 2, m = 1: rank 0's F takes 1 s and its B 2 s; rank 1's F 3 s and its B 1 s.
+    # F(0) 0-1, F(1) 1-4, B(1) 4-5, B(0) 5-7: rank 0 busy 3 of 7, rank 1 4 of 7.
+    idle = theory.replay_idle(_gpipe(2, 1), [1, 1], [[1.0, 2.0], [3.0, 1.0]])
+    assert idle == pytest.approx([4 / 7, 3 / 7])
+    with pytest.raises(ValueError, match="one length"):
+        theory.replay_idle(_gpipe(2, 1), [1, 1], [[1.0], [3.0, 1.0]])
+
+
 def test_peak_in_flight():
     assert [theory.peak_in_flight("1F1B", 4, 8, s) for s in range(4)] == [4, 3, 2, 1]
     assert [theory.peak_in_flight("GPipe", 4, 8, s) for s in range(4)] == [8] * 4
@@ -125,6 +134,20 @@ def test_step_idle_is_the_median_over_steps_of_the_common_window():
     assert s["slot_idle"] == pytest.approx(0.5)  # one forward each, the second after the first
 
 
+def test_a_run_is_never_less_idle_than_its_own_order_replayed_with_its_own_lengths():
+    # The same step as above, but each message took 0.5 s: window 0-8, rank 0 busy 3, rank 1 busy 4
+    a = [[("F", (0, 0), 0.0, 1.0), ("B", (0, 0), 6.0, 8.0)]]
+    b = [[("F", (1, 0), 1.5, 4.5), ("B", (1, 0), 4.5, 5.5)]]
+    step = analysis.timed_replay([_rank(a), _rank(b)], ("GPipe", 2))
+    assert step == [[pytest.approx((5 / 8, 4 / 7)), pytest.approx((4 / 8, 3 / 7))]]
+    # Clocks the ranks do not share: rank 1's forward seems to start before rank 0's has ended.
+    # The measurement then looks less idle than the order allows, and the check sees it.
+    b = [[("F", (1, 0), 0.0, 3.0), ("B", (1, 0), 3.0, 4.0)]]
+    a = [[("F", (0, 0), 0.0, 1.0), ("B", (0, 0), 4.0, 6.0)]]
+    r0, _ = analysis.timed_replay([_rank(a), _rank(b)], ("GPipe", 2))[0]
+    assert r0[0] < r0[1]
+
+
 def test_grad_diffs_need_each_parameter_from_exactly_one_rank():
     one, two = torch.ones(2), torch.full((2,), 2.0)
     ok = [{"unsplit": {"a": one, "b": two}, "runs": {"s": {"a": one}}}, {"runs": {"s": {"b": two + 0.5}}}]
@@ -165,6 +188,10 @@ def test_timelines_count_what_each_schedule_holds():
             assert s[(name, m)]["slot_idle"] == pytest.approx(theory.bubble_fraction(2, m))
         assert s[("Interleaved1F1B", m)]["slot_idle"] == pytest.approx(theory.interleaved_bubble_fraction(2, m, 2))
         assert s[("ZBV", m)]["slot_idle"] < s[("Interleaved1F1B", m)]["slot_idle"]
+    # And in seconds, no rank was less idle than its own order allows with its own spans' lengths
+    for key in runs:
+        for step in analysis.timed_replay(ranks, key):
+            assert all(measured >= least - 1e-6 for measured, least in step), (key, step)
 
 
 def test_the_recipe_runs_under_the_real_torchrun_cli():

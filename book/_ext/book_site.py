@@ -5,7 +5,8 @@
 * sphinx-thebe's scripts are dropped: Jupyter Book registers them twice on every page
   (a console SyntaxError) and they load thebe from a CDN. The launch buttons are
   the way to run a page.
-* The landing page's machine facts are MyST substitutions from ``helpers.sentences``.
+* The landing page's machine facts are MyST substitutions from ``helpers.sentences``, and its facts
+  about the book itself (how many chapters, which launch jobs) from ``book_facts``.
 * The build fails on a broken internal link: Sphinx checks its own references,
   but not the links inside notebook outputs and raw HTML.
 """
@@ -27,8 +28,10 @@ def _configure(app: Sphinx, config) -> None:
             raise ExtensionError(f"{STATIC / asset} is missing: run `make book`, which fetches it from npm.")
     config.html_static_path.append(str(STATIC))
     config.mathjax_path = MATHJAX
-    from helpers import machine, sentences
-    config.myst_substitutions = {**config.myst_substitutions, **sentences.landing(machine.this())}
+    from book_facts import landing  # beside this file, like site_links
+    from helpers import machine, plans, sentences
+    config.myst_substitutions = {**config.myst_substitutions, **sentences.landing(machine.this()),
+                                 **landing(STATIC.parent.parent, plans.TORCHRUN_JOBS)}
 
 
 def _drop_thebe(app: Sphinx, pagename, templatename, context, doctree) -> None:

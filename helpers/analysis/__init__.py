@@ -26,7 +26,7 @@ from .tensor_parallel import (  # noqa: F401
     collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,
 )
 from .pipelining import (  # noqa: F401
-    step_idle, step_seconds, slot_idle, summarize_pipelines, schedule_grad_diffs, spans_of,
+    step_idle, step_seconds, slot_idle, timed_replay, summarize_pipelines, schedule_grad_diffs, spans_of,
 )
 from .sharding import (  # noqa: F401
     STAGE_OF, STATE_KINDS, memory_table, worst_relative_error, memory_layouts, traffic, traffic_table, collective_factors,

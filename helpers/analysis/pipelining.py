@@ -53,6 +53,28 @@ def slot_idle(ranks: list[dict], key) -> list[float]:
     return replay_idle(orders, [chunks[s] for s in range(len(chunks))])
 
 
+def timed_replay(ranks: list[dict], key) -> list[list[tuple[float, float]]]:
+    """Per step of run ``key``, per rank: (its measured idle fraction, the idle fraction of its own
+    order replayed with its own measured spans' lengths and free messages, ``theory.replay_idle``).
+
+    The replay is the least idle that the schedule's orders and this run's uneven stages allow:
+    the run met the same order and the same dependencies, plus its messages and its Python. So the
+    first number is never below the second, whatever the machine did; a rank below it would mean
+    spans tagged with the wrong action, or clocks that the ranks do not share.
+    """
+    runs = [r["runs"][key] for r in ranks]
+    chunks = {s: n for run in runs for s, n in run["chunks"].items()}
+    out = []
+    for k in range(len(runs[0]["steps"])):
+        spans = [sorted(run["steps"][k], key=lambda s: s[2]) for run in runs]
+        measured = [1.0 - u for u in utilization(spans)]
+        replayed = replay_idle([[(kind, tag) for kind, tag, _, _ in sp] for sp in spans],
+                               [chunks[s] for s in range(len(chunks))],
+                               [[t1 - t0 for _, _, t0, t1 in sp] for sp in spans])
+        out.append(list(zip(measured, replayed)))
+    return out
+
+
 def schedule_grad_diffs(ranks: list[dict]) -> dict[str, float]:
     """Per run of ``pipelining.compare_gradients``: the largest gradient difference from the
     unsplit model, over every parameter (each computed by exactly one rank; asserted)."""

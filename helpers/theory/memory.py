@@ -68,12 +68,17 @@ def transformer_activation_bytes(batch: int, seq: int, hidden: int, layers: int,
                                  precision: str = "autocast") -> float:
     """Activations a GPT-style decoder saves for backward, without recomputation.
 
-    Korthikanti et al. (2022) count s*b*h*(34 + 5*a*s/h) bytes per layer for
-    16-bit values with 1-byte dropout masks. Their terms, for v bytes per value:
-    s*b*h*(15.5*v + 3) + a*s^2*b*(2*v + 1), which gives back 34 and 5 at v = 2.
+    Korthikanti et al. (2022), section 4.1, count s*b*h*(34 + 5*a*s/h) bytes per layer for
+    16-bit values with 1-byte dropout masks. Their itemization, for v bytes per value:
+    per layer 16 tensors of s*b*h values (attention 5: the QKV input, Q, K, V, the output
+    projection's input; MLP 9: its input, the GeLU's input (4h wide), the second Linear's input
+    (4h wide); the two LayerNorms' inputs 2), 2 dropout masks of s*b*h bytes, and per head
+    the softmax output and the dropout's output (v bytes each) and its mask (1 byte), s*s*b
+    each: s*b*h*(16*v + 2) + a*s^2*b*(2*v + 1), which gives back 34 and 5 at v = 2.
+    The masks are 1 byte whatever v is: torch keeps them as bool.
     """
     v = ACTIVATION_BYTES[precision]
-    per_layer = seq * batch * hidden * (15.5 * v + 3) + heads * seq**2 * batch * (2 * v + 1)
+    per_layer = seq * batch * hidden * (16 * v + 2) + heads * seq**2 * batch * (2 * v + 1)
     return layers * per_layer
 
 

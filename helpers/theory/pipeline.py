@@ -75,7 +75,7 @@ def peak_in_flight(schedule: str, p: int, m: int, stage: int) -> int:
 SLOTS = {"F": 1, "B": 2, "I": 1, "W": 1}
 
 
-def replay_idle(orders, chunks):
+def replay_idle(orders, chunks, durations=None):
     """Each rank's idle fraction when its actions run in the given order on equal devices.
 
     ``orders``: per rank, its actions ``(kind, (stage, micro_batch))`` in the order it ran them.
@@ -83,25 +83,33 @@ def replay_idle(orders, chunks):
     ``SLOTS[kind] * chunks[stage]`` slots. Messages are free; an action starts when its rank is free
     and what it needs is done: F(s, i) needs F(s-1, i), B or I(s, i) needs B or I(s+1, i).
     The fraction counts slots, not seconds, so no timing noise (or ranks sharing cores) moves it.
+
+    ``durations``: per rank, each action's own length instead (seconds measured in a run, in
+    ``orders``' order). Each action then starts as early as its rank's order and its inputs allow;
+    a real run met those same constraints and more (messages, Python), so no rank of it can have
+    been idle for a smaller share of its step than this replay gives.
     """
-    last, done, free = len(chunks) - 1, {}, [0] * len(orders)
-    pending = [list(o) for o in orders]
+    if durations is None:
+        durations = [[SLOTS[k] * chunks[s] for k, (s, _) in o] for o in orders]
+    if [len(d) for d in durations] != [len(o) for o in orders]:
+        raise ValueError("durations must give one length for each action of each rank's order")
+    last, done, free = len(chunks) - 1, {}, [0.0] * len(orders)
+    pending = [list(zip(o, d)) for o, d in zip(orders, durations)]
     while any(pending):
         moved = False
         for rank, todo in enumerate(pending):
             while todo:
-                kind, (stage, mb) = todo[0]
+                (kind, (stage, mb)), length = todo[0]
                 need = (["F" if kind == "F" else "G", stage - 1 if kind == "F" else stage + 1, mb]
                         if (kind == "F" and stage > 0) or (kind in "BI" and stage < last) else None)
                 if need and (need[0], need[1], mb) not in done:
                     break  # waits for another rank's action: try the others first
                 start = max(free[rank], done.get((need[0], need[1], mb), 0) if need else 0)
-                free[rank] = start + SLOTS[kind] * chunks[stage]
+                free[rank] = start + length
                 done[("F" if kind == "F" else "G" if kind in "BI" else "W", stage, mb)] = free[rank]
                 todo.pop(0)
                 moved = True
         if not moved:
             raise ValueError("the orders deadlock: some action waits for one that never runs")
     span = max(free)
-    busy = [sum(SLOTS[k] * chunks[s] for k, (s, _) in o) for o in orders]
-    return [1 - b / span for b in busy]
+    return [1 - sum(d) / span for d in durations]

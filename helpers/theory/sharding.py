@@ -2,7 +2,9 @@
 
 Chapter 2's ``model_state_bytes`` is one replica's states; ZeRO divides them by the
 p ranks one kind at a time: stage 1 the optimizer states, stage 2 the gradients too,
-stage 3 the parameters too (Rajbhandari et al. 2020). FSDP2 is stage 3.
+stage 3 the parameters too (Rajbhandari et al. 2020). FSDP2 with
+``reshard_after_forward=True`` is stage 3; with ``False`` (FSDP1's ``SHARD_GRAD_OP``) it sends
+stage 2's collectives.
 The bytes a collective sends come from chapter 4.2's ``BUS_FACTOR`` (ring algorithms),
 and their time from its ring model.
 """
@@ -147,5 +149,5 @@ def checkpointed_mlp_bytes(batch: int, widths: list[int], segments: int,
 def checkpoint_step_time(t_forward, t_backward, recomputed: float = 1.0):
     """A step with activation checkpointing: the backward first redoes the checkpointed
     ``recomputed`` fraction of the forward. For matmuls the forward is a third of a step
-    (2 of 6 multiply-adds per weight and sample), so full recompute costs about 4/3."""
+    (2 of 6 FLOPs per weight and sample, 1 of 3 multiply-adds), so full recompute costs about 4/3."""
     return np.asarray(t_forward, dtype=float) * (1.0 + recomputed) + np.asarray(t_backward, dtype=float)
