@@ -27,7 +27,8 @@ def show_source(*objs: Any):
     from IPython.display import Markdown
     parts = []
     for o in objs:
-        where = "helpers/" + inspect.getsourcefile(o).split("/helpers/")[-1]
+        # unwrap: a decorated function (a contextmanager) would name contextlib.py as its file
+        where = "helpers/" + inspect.getsourcefile(inspect.unwrap(o)).split("/helpers/")[-1]
         code = textwrap.dedent(inspect.getsource(o)).rstrip()
         parts.append(f"From `{where}`:\n\n```python\n{code}\n```")
     return Markdown("\n\n".join(parts))

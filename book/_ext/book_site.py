@@ -7,6 +7,7 @@
   the way to run a page.
 * The landing page's machine facts are MyST substitutions from ``helpers.sentences``, and its facts
   about the book itself (how many chapters, which launch jobs) from ``book_facts``.
+* ``book.css`` fits code and math to the column; ``book.js`` makes the header's sidebar toggles work.
 * The build fails on a broken internal link: Sphinx checks its own references,
   but not the links inside notebook outputs and raw HTML.
 """
@@ -55,4 +56,5 @@ def setup(app: Sphinx) -> dict:
     app.connect("build-finished", _check_links)
     app.add_css_file(CJK_FONT)
     app.add_css_file("book.css")
+    app.add_js_file("book.js")  # the sidebar toggles in the article header work (see the file)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

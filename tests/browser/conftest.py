@@ -19,10 +19,12 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = Path(os.environ.get("BOOK_SITE", ROOT / "_build" / "html"))  # another build, to debug
 SHOTS = ROOT / "_build" / "screenshots"
+PAGES = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if "_static" not in p.parts)
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 OFFLINE = "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
 
@@ -75,6 +77,30 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def console_errors(driver) -> list[str]:
     """The page's console errors since the last call (each call drains the log)."""
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+# Resolves once MathJax has typeset the page (or at once if the page has no math).
+TYPESET = """
+const done = arguments[arguments.length - 1];
+const summary = () => {
+  const maths = [...document.querySelectorAll("span.math, div.math")];
+  done({math: maths.length, raw: maths.filter(m => !m.querySelector("mjx-container")).length,
+        errors: document.querySelectorAll("mjx-merror").length});
+};
+if (!document.querySelector("span.math, div.math")) { summary(); }
+else {
+  const t0 = Date.now();
+  const wait = () => (window.MathJax && MathJax.startup && MathJax.startup.promise)
+      ? MathJax.startup.promise.then(summary)
+      : (Date.now() - t0 > 20000 ? done({math: -1, raw: -1, errors: -1}) : setTimeout(wait, 50));
+  wait();
+}
+"""
+
+
+def open_page(browser, site, page):
+    browser.get(f"{site}/{page}")
+    WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def screenshot(driver, name: str) -> Path:

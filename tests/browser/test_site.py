@@ -6,38 +6,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import SITE, console_errors, move_every_control, screenshot
+from conftest import PAGES, TYPESET, console_errors, move_every_control, open_page, screenshot
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-PAGES = sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if "_static" not in p.parts)
 CHAPTERS = sorted(p for p in PAGES if p.startswith("notebooks/"))
 EXPLORER_PAGES = ("notebooks/02_strategies.html", "notebooks/04_1_speedup.html",
                   "notebooks/04_2_communication.html", "notebooks/04_3_prediction.html")
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-
-# Resolves once MathJax has typeset the page (or at once if the page has no math).
-_TYPESET = """
-const done = arguments[arguments.length - 1];
-const summary = () => {
-  const maths = [...document.querySelectorAll("span.math, div.math")];
-  done({math: maths.length, raw: maths.filter(m => !m.querySelector("mjx-container")).length,
-        errors: document.querySelectorAll("mjx-merror").length});
-};
-if (!document.querySelector("span.math, div.math")) { summary(); }
-else {
-  const t0 = Date.now();
-  const wait = () => (window.MathJax && MathJax.startup && MathJax.startup.promise)
-      ? MathJax.startup.promise.then(summary)
-      : (Date.now() - t0 > 20000 ? done({math: -1, raw: -1, errors: -1}) : setTimeout(wait, 50));
-  wait();
-}
-"""
-
-
-def _open(browser, site, page):
-    browser.get(f"{site}/{page}")
-    WebDriverWait(browser, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def test_the_site_has_every_chapter():
@@ -47,9 +23,9 @@ def test_the_site_has_every_chapter():
 @pytest.mark.parametrize("page", PAGES)
 def test_page_is_clean_typeset_and_loaded(browser, site, page):
     console_errors(browser)  # drain what an earlier page left
-    _open(browser, site, page)
+    open_page(browser, site, page)
     browser.set_script_timeout(30)
-    math = browser.execute_async_script(_TYPESET)
+    math = browser.execute_async_script(TYPESET)
     assert math["raw"] == 0 and math["errors"] == 0, f"{page}: {math} (MathJax must load from the site)"
     images = browser.execute_script(
         "return [...document.images].map(i => ({src: i.getAttribute('src'), alt: i.alt, ok: i.complete && i.naturalWidth > 0}))")
@@ -63,7 +39,7 @@ def test_page_is_clean_typeset_and_loaded(browser, site, page):
 
 @pytest.mark.parametrize("page", EXPLORER_PAGES)
 def test_every_control_of_every_explorer_changes_the_page(browser, site, page):
-    _open(browser, site, page)
+    open_page(browser, site, page)
     explorers = browser.find_elements(By.CSS_SELECTOR, ".explorer[data-explorer]")
     assert explorers, f"{page} has no explorer"
     for explorer in explorers:
@@ -73,7 +49,7 @@ def test_every_control_of_every_explorer_changes_the_page(browser, site, page):
 
 def test_the_articles_chinese_has_a_font_from_the_site(browser, site):
     """Offline, on a machine without a CJK font, the article's title still reads."""
-    _open(browser, site, "book/intro.html")
+    open_page(browser, site, "book/intro.html")
     title = browser.execute_script("return [...document.querySelectorAll('em')].map(e => e.textContent)"
                                    ".find(t => /[\u4e00-\u9fff]/.test(t))")
     browser.set_script_timeout(30)
@@ -86,7 +62,7 @@ def test_the_articles_chinese_has_a_font_from_the_site(browser, site):
 
 
 def test_search_finds_a_term(browser, site):
-    _open(browser, site, "search.html?q=Amdahl")
+    open_page(browser, site, "search.html?q=Amdahl")
     hits = WebDriverWait(browser, 30).until(
         lambda d: d.find_elements(By.CSS_SELECTOR, "#search-results ul.search li"))
     assert any("04_1_speedup" in h.find_element(By.TAG_NAME, "a").get_attribute("href") for h in hits)
@@ -94,7 +70,7 @@ def test_search_finds_a_term(browser, site):
 
 @pytest.mark.parametrize("page", CHAPTERS)
 def test_chapter_has_launch_buttons_and_its_notebook_to_download(browser, site, page):
-    _open(browser, site, page)
+    open_page(browser, site, page)
     hrefs = browser.execute_script("return [...document.querySelectorAll('a')].map(a => a.href)")
     name = page.removeprefix("notebooks/").removesuffix(".html")
     for service in ("colab.research.google.com/github/", "mybinder.org/v2/gh/", "/hub/user-redirect/git-pull"):
@@ -106,7 +82,7 @@ def test_chapter_has_launch_buttons_and_its_notebook_to_download(browser, site, 
 
 
 def test_execution_report_lists_every_chapter_with_its_run_time(browser, site):
-    _open(browser, site, "book/report.html")
+    open_page(browser, site, "book/report.html")
     header = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "table thead th")]
     doc, seconds, status = (header.index(h) for h in ("Document", "Run Time (s)", "Status"))
     rows = {r[doc]: r for r in ([td.text for td in tr.find_elements(By.TAG_NAME, "td")]
@@ -117,10 +93,10 @@ def test_execution_report_lists_every_chapter_with_its_run_time(browser, site):
 
 
 def test_screenshots_of_the_landing_page_and_a_chapter(browser, site):
-    _open(browser, site, "index.html")
+    open_page(browser, site, "index.html")
     assert "CPU core" in browser.find_element(By.TAG_NAME, "main").text  # the building machine, glued
     landing = screenshot(browser, "landing")
-    _open(browser, site, "notebooks/04_1_speedup.html")
-    browser.execute_async_script(_TYPESET)
+    open_page(browser, site, "notebooks/04_1_speedup.html")
+    browser.execute_async_script(TYPESET)
     chapter = screenshot(browser, "chapter_04_1_speedup")
     assert landing.stat().st_size > 10_000 and chapter.stat().st_size > 10_000
