@@ -39,7 +39,6 @@ def store(port: int = 0, timeout: timedelta = timedelta(seconds=60)) -> dist.TCP
     """A TCPStore server listening on 127.0.0.1:``port`` alone (0: a port the OS picks; ``.port``)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((HOST, port))
         server = dist.TCPStore(HOST, sock.getsockname()[1], is_master=True, multi_tenant=True,
                                wait_for_workers=False, timeout=timeout, master_listen_fd=sock.fileno())
