@@ -80,6 +80,18 @@ REFUSED = [
     ("gustafson: NaN p", lambda: theory.gustafson(NAN, 0.1), "p must be finite"),
     ("busbw: an unknown collective (was KeyError)", lambda: theory.busbw(1e6, 1e-3, 4, "all-reduce"), "op must be one of"),
     ("ring_allreduce_time: p = 0", lambda: theory.ring_allreduce_time(1e6, 0, 1e-5, 1e-9), "p must be a whole"),
+    # prediction, precision
+    ("predict_step: NaN p (passed `p < 1`)",
+     lambda: theory.predict_step({"backward": 1.0}, (4,), NAN, theory.Link(1e-5, 1e-9)), "p must be finite"),
+    ("predict_step: negative bucket", lambda: theory.predict_step({}, (-4,), 2, theory.Link(1e-5, 1e-9)),
+     "each of buckets must be >= 0"),
+    ("article_step: p = 0 (was a ZeroDivisionError)", lambda: theory.article_step(1.0, 1e6, 0, 1e-5, 1e9),
+     "p must be a whole number >= 1"),
+    ("ddp_buckets: cap = 0 (never returned)", lambda: theory.ddp_buckets(2**22, cap=0), "cap must be a whole"),
+    ("autocast_weight_copy_bytes: a negative width", lambda: theory.autocast_weight_copy_bytes([4, -8, 2]),
+     "each of widths"),
+    ("grad_scale_trace: growth_interval = 0", lambda: theory.grad_scale_trace(2.0**16, [False], 0),
+     "growth_interval must be a whole number >= 1"),
     ("a string for a number", lambda: theory.bubble_fraction("4", 8), "p must be a number"),
     ("a bool for a count", lambda: theory.bubble_fraction(True, 8), "p must be a number"),
 ]
