@@ -178,7 +178,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     backend:     None: what the recipe's module pins (``devices.pinned_backend``), else NCCL when every
                  rank can own a GPU, else gloo.
     threads:     torch threads per rank; default: this machine's cores // nprocs.
-    timeout:     seconds before the ranks are killed and LaunchTimeout is raised (all attempts).
+    timeout:     seconds (finite, > 0) before the ranks are killed and LaunchTimeout is raised (all attempts).
     max_restarts: how many times the elastic agent may restart the job after a rank fails;
                  a restarted rank sees TORCHELASTIC_RESTART_COUNT (``protocol.restart_count``).
     on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
