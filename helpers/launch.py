@@ -11,11 +11,10 @@ that engine this module adds what a notebook needs:
 * workers fork from a forkserver with torch preloaded: only a kernel's first launch imports it;
 * whatever happens, no worker outlives the call.
 
-Locality: ranks address each other at 127.0.0.1, gloo is pinned to the loopback
-interface, and each launch has a fresh random run id and an OS-chosen port, so
-two kernels launching at once never collide. One limit is torch's: its TCPStore
-servers listen on every interface (it has no bind-address option), so on an
-exposed machine a firewall, not this module, keeps strangers off those ports.
+Locality: ranks address each other at 127.0.0.1, gloo and NCCL are pinned to the loopback
+interface, every store listens on 127.0.0.1 alone (``helpers.loopback``; torch's own would
+listen on every interface), and each launch has a fresh random run id and OS-chosen ports,
+so two kernels launching at once never collide.
 
 Restarts: ``max_restarts=n`` lets the agent restart the whole job up to n times when a
 rank fails, as ``torchrun --max-restarts n`` does. The restarted ranks must not join
@@ -26,7 +25,6 @@ unless the caller has set it, and each round's rank 0 serves a fresh store.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver as forkserver
@@ -43,12 +41,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import psutil
-import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import elastic_launch
 
-from . import compat, devices, plans, protocol, stacks as stacks_
+from . import compat, devices, loopback, plans, protocol, stacks as stacks_
+from .launch_args import LaunchError, check_args, check_importable, shown_ranks
 from .displays import ProgressDisplay
 from .worker import RankSpec, rank_entry
 from .live import LogTail
@@ -59,10 +57,6 @@ SEPARATE_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # "1": each round's rank 
 # Third-party modules only: the reader may edit helpers/, and a preloaded copy would go stale.
 PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch.distributed.elastic", "numpy",
            "torch.optim", "torch._dynamo"]  # DDP and the optimizers import dynamo: ~1 s a rank
-
-
-class LaunchError(RuntimeError):
-    """The job could not run as asked (bad arguments); nothing was started."""
 
 
 class SharedCoresWarning(UserWarning):
@@ -97,60 +91,6 @@ class LaunchTimeout(TimeoutError):
         super().__init__(f"launch timed out after {timeout:g} s and its ranks were killed. A rank stuck in a "
                          f"collective waits for peers that never come. {last_lines} Where each rank was: "
                          f"{stacks_.summary(stacks) or 'no stacks'}. Pass a larger timeout= if the job is only slow.")
-
-
-def _check_importable(fn: Callable) -> None:
-    """Workers import ``fn`` by name; a function typed in a notebook cell has none."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    name = getattr(fn, "__name__", repr(fn))
-    hint = ("Define it with def in a module (e.g. helpers/recipes/) and import it, "
-            "or run the cell's code with %%torchrun.")
-    if module in (None, "__main__") or "<" in qualname:
-        where = ("defined in the notebook" if module == "__main__" else
-                 "a lambda" if name == "<lambda>" else "defined in a local scope")
-        raise LaunchError(f"launch() cannot send {name!r} to other processes: it is {where}. {hint}")
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    if obj is not fn:
-        raise LaunchError(f"launch() cannot import {module}.{qualname} as the same function "
-                          f"(was it redefined after import?). {hint}")
-
-
-def _is_count(n: Any, least: int) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n >= least
-
-
-def _check_args(nprocs: Any, backend: str | None, timeout: float, max_restarts: Any = 0) -> None:
-    if not _is_count(nprocs, 1):
-        raise LaunchError(f"nprocs must be an integer >= 1, got {nprocs!r}.")
-    if not _is_count(max_restarts, 0):
-        raise LaunchError(f"max_restarts must be an integer >= 0, got {max_restarts!r}.")
-    if nprocs > plans.most_ranks(this_machine()):
-        raise LaunchError(f"nprocs={nprocs} is more ranks than this machine can hold "
-                          f"({plans.most_ranks_why(this_machine())}); use fewer.")
-    if not timeout or timeout <= 0:
-        raise LaunchError(f"timeout must be a positive number of seconds, got {timeout!r}.")
-    if backend not in (None, "gloo", "nccl"):
-        raise LaunchError(f"backend must be 'gloo', 'nccl' or None (pick for me), got {backend!r}.")
-    if backend == "nccl" and (not dist.is_nccl_available() or this_machine().n_gpus < nprocs):
-        raise LaunchError(f"backend='nccl' needs {nprocs} GPUs; this machine has "
-                          f"{this_machine().n_gpus}. Use backend=None to get gloo on the CPU.")
-    if backend == "gloo" and not dist.is_gloo_available():
-        raise LaunchError("this torch build has no gloo backend; use backend=None.")
-
-
-def _shown_ranks(show: Any, nprocs: int) -> set[int]:
-    """The ranks whose output a launch streams; anything that would silently show nothing is refused."""
-    if show == "all":
-        return set(range(nprocs))
-    if show is None:
-        return set()
-    ranks = [show] if not isinstance(show, (list, tuple, set)) else list(show)
-    if not ranks or any(not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < nprocs for r in ranks):
-        raise LaunchError(f"show must be a rank in 0..{nprocs - 1}, a list of them, 'all' or None; "
-                          f"got {show!r}.")
-    return set(ranks)
 
 
 def forkserver_context() -> multiprocessing.context.BaseContext:
@@ -238,31 +178,32 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     backend:     None: what the recipe's module pins (``devices.pinned_backend``), else NCCL when every
                  rank can own a GPU, else gloo.
     threads:     torch threads per rank; default: this machine's cores // nprocs.
-    timeout:     seconds before the ranks are killed and LaunchTimeout is raised (all attempts).
+    timeout:     seconds (finite, > 0) before the ranks are killed and LaunchTimeout is raised (all attempts).
     max_restarts: how many times the elastic agent may restart the job after a rank fails;
                  a restarted rank sees TORCHELASTIC_RESTART_COUNT (``protocol.restart_count``).
     on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
     """
+    check_importable(fn)
     backend = backend or devices.pinned_backend(fn)
-    _check_args(nprocs, backend, timeout, max_restarts)
-    _check_importable(fn)
+    check_args(nprocs, backend, timeout, max_restarts, threads, on_progress)
     try:
         pickle.dumps((args, kwargs))
     except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing here
         raise LaunchError(f"the arguments cannot be sent to other processes: {e}") from None
-    shown = _shown_ranks(show, nprocs)
+    shown = shown_ranks(show, nprocs)
     if note := plans.job(this_machine(), nprocs, backend).warning():
         warnings.warn(note, SharedCoresWarning, stacklevel=2)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
-    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": "lo", protocol.MACHINE: to_json(this_machine()),
+    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": loopback.INTERFACE,
+           "NCCL_SOCKET_IFNAME": loopback.INTERFACE, protocol.MACHINE: to_json(this_machine()),
            **({protocol.BACKEND: backend} if backend else {})}
     if threads:
         env[protocol.THREADS] = str(threads)
     spec = RankSpec(fn, args, kwargs, str(run_dir), env)
     config = compat.launch_config(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", local_addr="127.0.0.1",
+        rdzv_backend=loopback.BACKEND, rdzv_endpoint=f"{loopback.HOST}:0", local_addr=loopback.HOST,
         max_restarts=max_restarts, monitor_interval=0.02, start_method="forkserver",
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "elastic")), shutdown_timeout=5,
     )

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from .launch import DEFAULT_TIMEOUT, launch
+from .launch_args import check_args, shown_ranks
 
 
 def run_script(path: str) -> None:
@@ -45,6 +46,9 @@ def torchrun(line: str, cell: str) -> None:
         show = "all" if args.show == "all" else [int(r) for r in args.show.split(",")]
     except (SystemExit, ValueError):
         raise ValueError(USAGE) from None
+    # argparse's float takes "nan" and "inf"; launch() refuses them, and so does the magic, before the cell's file.
+    check_args(args.nprocs, None, args.timeout, args.max_restarts)
+    shown_ranks(show, args.nprocs)
     with tempfile.TemporaryDirectory(prefix="torchrun-cell-") as tmp:
         script = Path(tmp) / "cell.py"
         script.write_text(cell)

@@ -50,10 +50,14 @@ class Topology:
                              f"{world_size} processes; they must be equal")
         return self
 
+    def _within(self, what: str, value, size: int) -> None:
+        """A coordinate past its dimension would name another rank (or none): refused, not wrapped."""
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < size:
+            raise ValueError(f"{what} must be an integer in 0..{size - 1} for {self}, got {value!r}")
+
     def coords(self, rank: int) -> tuple[int, int]:
         """(dp_rank, pp_rank) of a global rank: which replica, which stage (``tp_rank``: which shard)."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank {rank} is outside 0..{self.world_size - 1}")
+        self._within("rank", rank, self.world_size)
         return (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
 
     def tp_rank(self, rank: int) -> int:
@@ -63,6 +67,9 @@ class Topology:
 
     def rank(self, dp_rank: int, pp_rank: int, tp_rank: int = 0) -> int:
         """The global rank at (replica, stage, shard): the inverse of ``coords`` and ``tp_rank``."""
+        for what, value, size in (("dp_rank", dp_rank, self.dp), ("pp_rank", pp_rank, self.pp),
+                                  ("tp_rank", tp_rank, self.tp)):
+            self._within(what, value, size)
         return (pp_rank * self.dp + dp_rank) * self.tp + tp_rank
 
     def stage_ranks(self, dp_rank: int, tp_rank: int = 0) -> list[int]:

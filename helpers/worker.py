@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
-from . import protocol
+from . import loopback, protocol
 
 
 @dataclass
@@ -62,6 +62,7 @@ def rank_entry(spec: RankSpec) -> Any:
     faulthandler.register(protocol.STACK_SIGNAL, open(protocol.stack_file(spec.run_dir, rank), "w"),
                           all_threads=True)
     os.environ.update(protocol.rank_env(spec.run_dir, rank))
+    loopback.serve_master_port()  # a restarted job's rank 0: its store on 127.0.0.1, before fn asks for one
     # For code that never calls helpers.dist.setup() (a %%torchrun cell, say): same split, same seed.
     protocol.prepare_process(int(os.environ["LOCAL_WORLD_SIZE"]))
     try:

@@ -91,7 +91,17 @@ def local_function():
     ({"nprocs": "2"}, "nprocs must be an integer >= 1"),
     ({"backend": "nccl"}, "needs 2 GPUs"),
     ({"backend": "mpi"}, "backend must be"),
-    ({"timeout": 0}, "timeout must be a positive"),
+    ({"timeout": 0}, "timeout must be a finite positive"),
+    ({"timeout": float("nan")}, "timeout must be a finite positive"),  # compared false with every deadline
+    ({"timeout": float("inf")}, "timeout must be a finite positive"),
+    ({"timeout": "5"}, "timeout must be a finite positive"),  # was a raw TypeError
+    ({"timeout": True}, "timeout must be a finite positive"),
+    ({"max_restarts": -1}, "max_restarts must be an integer >= 0"),
+    ({"max_restarts": 1.5}, "max_restarts must be an integer >= 0"),
+    ({"threads": 0}, "threads must be an integer >= 1"),  # was silently this machine's share
+    ({"threads": -2}, "threads must be an integer >= 1"),
+    ({"threads": "4"}, "threads must be an integer >= 1"),
+    ({"on_progress": "print"}, "on_progress must be a function"),
     ({"show": "0"}, "show must be a rank in 0..1"),
     ({"show": 2}, "show must be a rank in 0..1"),
     ({"show": [0, 5]}, "show must be a rank in 0..1"),
@@ -103,6 +113,11 @@ def test_bad_arguments_get_one_clear_line(kwargs, message):
     with pytest.raises(LaunchError, match=message) as info:
         launch(smoke.allreduce_rank, **kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_what_is_not_a_function_is_refused():
+    with pytest.raises(LaunchError, match="launch\\(\\) runs a function; got 'smoke.count'"):
+        launch("smoke.count")
 
 
 def test_function_from_a_notebook_cell_is_refused():
@@ -130,9 +145,26 @@ def test_torchrun_magic_runs_the_cell_in_n_ranks(capsys):
     torchrun("-n 2 --show all", "import os\nprint('hello from', os.environ['RANK'])\n")
     out = capsys.readouterr().out
     assert "[rank0] hello from 0" in out and "[rank1] hello from 1" in out
-    for bad in ("--bogus", "--show x", "--show 0,x", "-n two"):
+    for bad in ("--bogus", "--show x", "--show 0,x", "-n two", "--timeout soon"):
         with pytest.raises(ValueError, match="usage: %%torchrun"):
             torchrun(bad, "pass")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--timeout nan", "timeout must be a finite positive"),  # float() takes it; the job never timed out
+    ("--timeout inf", "timeout must be a finite positive"),
+    ("--timeout -1", "timeout must be a finite positive"),
+    ("-n 0", "nprocs must be an integer >= 1"),
+    ("--max-restarts -1", "max_restarts must be an integer >= 0"),
+    ("-n 2 --show 2", "show must be a rank in 0..1"),
+])
+def test_torchrun_magic_refuses_what_launch_refuses_before_it_writes_the_cell(line, message, monkeypatch):
+    import tempfile
+    from helpers.magic import torchrun
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", None)  # checked before any file is made
+    with pytest.raises(LaunchError, match=message) as info:
+        torchrun(line, "print('never runs')")
+    assert "\n" not in str(info.value)
 
 
 def test_package_exports():
@@ -206,3 +238,36 @@ def test_launch_removes_its_folder_and_restores_the_loggers_whatever_happens(tmp
         launch(smoke.hang_in_collective, nprocs=2, timeout=3, show=None)
     assert _run_dirs() == before
     assert [logging.getLogger(lg).level for lg in names] == [logging.INFO] * 2
+
+
+def _listening(pids) -> set[tuple[str, int]]:
+    """(ip, port) of every TCP socket the processes listen on."""
+    import psutil
+    found = set()
+    for pid in pids:
+        try:
+            found |= {(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
+                      if c.status == psutil.CONN_LISTEN}
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("max_restarts", [0, 1])  # 0: the agent serves MASTER_PORT; 1: each round's rank 0 does
+def test_every_store_of_a_running_launch_listens_on_loopback_alone(tmp_path, max_restarts):
+    """torch's TCPStore listens on every interface ('::'), unauthenticated; a launch's must not."""
+    from helpers.launch import worker_processes
+    before, seen, go = _listening([os.getpid()]), {}, tmp_path / "go"
+
+    def look(record):  # rank 0 has joined its group and waits for `go`: every store is up
+        if not seen:
+            seen["port"] = int(record["master_port"])
+            seen["launcher"] = _listening([os.getpid()]) - before
+            seen["ranks"] = _listening([p.pid for p in worker_processes()])
+        go.touch()
+
+    launch(smoke.hold, str(go), nprocs=2, max_restarts=max_restarts, on_progress=look, show=None)
+    assert {ip for ip, _ in seen["launcher"] | seen["ranks"]} == {"127.0.0.1"}, seen
+    # Not vacuous: the rendezvous store is the launcher's; MASTER_PORT's is where torch serves it.
+    assert len(seen["launcher"]) == 2 - max_restarts, seen
+    assert ("127.0.0.1", seen["port"]) in (seen["ranks"] if max_restarts else seen["launcher"]), seen

@@ -49,7 +49,7 @@ def test_predict_step_adds_each_term_once():
     blocking = theory.predict_step(phases, (5 * 10**5, 5 * 10**5), 2, LINK, overlap=False)
     hidden = theory.predict_step(phases, (5 * 10**5, 5 * 10**5), 2, LINK)
     assert blocking.exposed == pytest.approx(blocking.comm) and hidden.exposed < blocking.exposed
-    with pytest.raises(ValueError, match="p >= 1"):
+    with pytest.raises(ValueError, match="p must be a whole number >= 1"):
         theory.predict_step(phases, (1,), 0, LINK)
 
 

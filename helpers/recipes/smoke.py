@@ -88,3 +88,16 @@ def two_groups_in_a_row() -> dict:
             dist.all_reduce(t)
             sums.append(t.item())
     return {"rank": ctx.rank, "sums": sums}
+
+
+def hold(path: str, most: float = 60.0) -> dict:
+    """Join the group, report once, then wait until ``path`` exists (at most ``most`` s): a test
+    looks at the running job from ``on_progress`` and lets it finish by creating the file. The record
+    says which port the group met on (MASTER_PORT)."""
+    with distributed() as ctx:
+        report(1, 1, master_port=float(os.environ.get("MASTER_PORT", 0)))
+        deadline = time.monotonic() + most
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        dist.barrier()
+        return {"rank": ctx.rank}

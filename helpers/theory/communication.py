@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import at_least, one_of, whole
+
 
 def comm_time(message_bytes, bandwidth, latency):
     """The article's cost of one transfer: T_comm = M / B + L (seconds, bytes, bytes/s)."""
@@ -89,6 +91,7 @@ def busbw(message_bytes, seconds, p: int, op: str = "all_reduce"):
 
     For all_reduce that is 2 (p - 1) / p: comparable across p, and with the link speed.
     """
+    one_of("op", op, BUS_FACTOR), whole("p", p)
     return algbw(message_bytes, seconds) * BUS_FACTOR[op](p)
 
 
@@ -98,6 +101,7 @@ def ring_allreduce_time(message_bytes, p: int, step_latency: float, seconds_per_
     T = 2 (p - 1) ℓ + 2 (p - 1) / p * M * β, with ℓ (step_latency) the latency of one step and β the
     seconds per byte of one link (Thakur et al. 2005; Patarasuk and Yuan 2009).
     """
+    whole("p", p), at_least("message_bytes", message_bytes)
     m = np.asarray(message_bytes, dtype=float)
     return 2.0 * (p - 1) * step_latency + 2.0 * (p - 1) / p * m * seconds_per_byte
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
+from .checks import at_least, one_of, whole, widths as check_widths
 
 OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2}  # fp32 values kept per parameter
 PRECISIONS = ("fp32", "autocast", "master-weights")
@@ -30,8 +30,8 @@ def model_state_bytes(n_params: int, optimizer: str = "adam", precision: str = "
     Adam also keeps a step count for each parameter *tensor*: a float32 scalar in
     PyTorch, so 4 bytes times ``n_tensors``.
     """
-    if optimizer not in OPTIMIZER_STATES or precision not in PRECISIONS:
-        raise ValueError(f"optimizer in {list(OPTIMIZER_STATES)}, precision in {PRECISIONS}")
+    one_of("optimizer", optimizer, OPTIMIZER_STATES), one_of("precision", precision, PRECISIONS)
+    at_least("n_params", n_params), whole("n_tensors", n_tensors, 0)
     k = OPTIMIZER_STATES[optimizer]
     steps = 4 * n_tensors if optimizer == "adam" else 0
     if precision == "master-weights":
@@ -52,6 +52,7 @@ def mlp_activation_bytes(batch: int, widths: list[int], precision: str = "fp32")
     they are 16-bit. (The weights a Linear also saves are parameters, counted
     in ``model_state_bytes``.)
     """
+    whole("batch", batch, 0), check_widths("widths", widths), one_of("precision", precision, ACTIVATION_BYTES)
     return batch * (widths[0] + sum(widths[1:-1])) * ACTIVATION_BYTES[precision]
 
 
@@ -61,7 +62,14 @@ def transformer_params(layers: int, hidden: int, vocab: int = 50257, seq: int = 
     Per layer 12h^2 + 13h: attention 4h^2 + 4h, MLP (4h wide) 8h^2 + 5h, two
     LayerNorms 4h. Plus token and position embeddings and the final LayerNorm.
     """
+    whole("layers", layers), whole("hidden", hidden), whole("vocab", vocab), whole("seq", seq)
     return layers * (12 * hidden**2 + 13 * hidden) + (vocab + seq) * hidden + 2 * hidden
+
+
+def _check_transformer(batch, seq, hidden, layers, heads, precision) -> None:
+    for name, value in (("batch", batch), ("seq", seq), ("hidden", hidden), ("layers", layers), ("heads", heads)):
+        whole(name, value)
+    one_of("precision", precision, ACTIVATION_BYTES)
 
 
 def transformer_activation_bytes(batch: int, seq: int, hidden: int, layers: int, heads: int,
@@ -77,6 +85,7 @@ def transformer_activation_bytes(batch: int, seq: int, hidden: int, layers: int,
     each: s*b*h*(16*v + 2) + a*s^2*b*(2*v + 1), which gives back 34 and 5 at v = 2.
     The masks are 1 byte whatever v is: torch keeps them as bool.
     """
+    _check_transformer(batch, seq, hidden, layers, heads, precision)
     v = ACTIVATION_BYTES[precision]
     per_layer = seq * batch * hidden * (16 * v + 2) + heads * seq**2 * batch * (2 * v + 1)
     return layers * per_layer
@@ -92,6 +101,9 @@ def strategy_memory(states: dict[str, float], act_per_sample: float, batch: int,
     the whole batch's activations of a stage kept until its backward (GPipe's
     schedule); pp * dp = p is the hybrid. Layers are assumed equal in size.
     """
+    whole("pp", pp), whole("dp", dp), whole("batch", batch), at_least("act_per_sample", act_per_sample)
+    for kind, b in states.items():
+        at_least(f"states[{kind!r}]", b)
     out = {kind: b / pp for kind, b in states.items()}
     out["activations"] = act_per_sample * batch / dp / pp
     return out
@@ -117,6 +129,7 @@ def advise(n_params: int, act_per_sample: float, batch: int, device_bytes: float
     the rest of the devices as data-parallel replicas: a hybrid when 1 < pp <
     devices, a pure pipeline when pp = devices.
     """
+    whole("devices", devices), whole("batch", batch), at_least("device_bytes", device_bytes)
     states = model_state_bytes(n_params, optimizer, precision, n_tensors)
 
     def total(pp, dp):

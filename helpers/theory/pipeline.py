@@ -3,13 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import at_least, below, one_of, whole
+
 
 def naive_mp_utilization(stage_work):
     """Naive model parallelism runs one stage at a time, so stage s is busy w_s / sum(w).
 
     ``stage_work``: each stage's compute time (or FLOPs). With p equal stages: 1/p each.
     """
-    w = np.asarray(stage_work, dtype=float)
+    w = np.asarray(at_least("stage_work", stage_work), dtype=float)
+    if w.ndim != 1 or w.sum() <= 0:
+        raise ValueError(f"stage_work must list each stage's work, some of it above 0; got {stage_work!r}")
     return w / w.sum()
 
 
@@ -19,6 +23,7 @@ def bubble_fraction(p, m):
     Each stage is busy for m slots out of the m + p - 1 that the fill-and-drain takes
     (Huang et al., GPipe). m = 1 is naive model parallelism: (p-1)/p idle.
     """
+    whole("p", p), whole("m", m)
     p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
     return (p - 1) / (m + p - 1)
 
@@ -34,12 +39,14 @@ def pipeline_speedup(p, m):
     Naive: p stages one after another, p * t. GPipe: (m + p - 1) slots of t / m each.
     The ratio p * m / (m + p - 1) tends to p as m grows.
     """
+    whole("p", p), whole("m", m)
     p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
     return p * m / (m + p - 1)
 
 
 def micro_batches_for_bubble(p: int, max_bubble: float) -> int:
     """The fewest micro-batches that keep the bubble at or below ``max_bubble``: m >= (p-1)(1-b)/b."""
+    whole("p", p)
     if not 0 < max_bubble < 1:
         raise ValueError(f"max_bubble must be in (0, 1), got {max_bubble}")
     m = max(1, int(np.ceil((p - 1) * (1 - max_bubble) / max_bubble - 1e-9)))
@@ -53,6 +60,7 @@ def interleaved_bubble_fraction(p, m, v):
     shorter, while a step still takes m * v of them (Narayanan et al., Megatron-LM).
     v = 1 is GPipe's and 1F1B's (p-1)/(m+p-1).
     """
+    whole("p", p), whole("m", m), whole("v", v)
     p, m, v = (np.asarray(a, dtype=float) for a in (p, m, v))
     return (p - 1) / (v * m + p - 1)
 
@@ -63,6 +71,7 @@ def peak_in_flight(schedule: str, p: int, m: int, stage: int) -> int:
     GPipe runs every forward before any backward: all m. 1F1B runs p - stage forwards, then
     alternates one backward and one forward, so stage s holds at most p - s (and never more than m).
     """
+    whole("p", p), whole("m", m), below("stage", stage, p)
     if schedule == "GPipe":
         return m
     if schedule == "1F1B":
@@ -89,6 +98,11 @@ def replay_idle(orders, chunks, durations=None):
     a real run met those same constraints and more (messages, Python), so no rank of it can have
     been idle for a smaller share of its step than this replay gives.
     """
+    for c in chunks:
+        whole("each of chunks", c)
+    for o in orders:
+        for kind, (stage, _) in o:
+            one_of("an action's kind", kind, SLOTS), below("an action's stage", stage, len(chunks))
     if durations is None:
         durations = [[SLOTS[k] * chunks[s] for k, (s, _) in o] for o in orders]
     if [len(d) for d in durations] != [len(o) for o in orders]:

@@ -1,6 +1,7 @@
 """Mixed precision (chapters 3.3, 5.2): autocast's bytes held for backward, and GradScaler's rule."""
 from __future__ import annotations
 
+from .checks import at_least, whole, widths as check_widths
 from .memory import mlp_activation_bytes
 
 
@@ -11,6 +12,7 @@ def autocast_weight_copy_bytes(widths: list[int], bytes_per_value: int = 2) -> i
     autograd saves the cast copy of every weight but the first layer's: the
     data needs no gradient. (Biases are added, never multiplied: nothing saved.)
     """
+    check_widths("widths", widths), whole("bytes_per_value", bytes_per_value)
     return bytes_per_value * sum(a * b for a, b in zip(widths[1:-1], widths[2:]))
 
 
@@ -37,6 +39,8 @@ def grad_scale_trace(init_scale: float, found_inf: list[bool], growth_interval: 
     ``backoff_factor``; after ``growth_interval`` good steps in a row it is
     multiplied by ``growth_factor``.
     """
+    at_least("init_scale", init_scale, 1e-300), whole("growth_interval", growth_interval)
+    at_least("growth_factor", growth_factor, 1e-300), at_least("backoff_factor", backoff_factor, 1e-300)
     scale, good, trace = init_scale, 0, []
     for inf in found_inf:
         trace.append(scale)

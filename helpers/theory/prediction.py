@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .checks import at_least, whole
 from .communication import ring_allreduce_time
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -153,8 +154,9 @@ def predict_step(phases: dict[str, float], buckets: tuple[int, ...], p: int, lin
     ``phases`` may be any split of the compute; only ``backward`` can hide communication
     (none given: nothing hides). ``overlap=False`` is a blocking all_reduce after backward.
     """
-    if p < 1:
-        raise ValueError(f"predict_step needs p >= 1 ranks, got {p}")
+    whole("p", p)  # a NaN p passed `p < 1`, and was priced
+    for m in buckets:
+        at_least("each of buckets", m)
     slow = contention if p > 1 else 1.0
     ph = {k: v * slow for k, v in phases.items()}
     compute = sum(ph.values())
@@ -180,12 +182,14 @@ def predicted_speedup(w: Workload, global_batch: float, p: int, compute: Compute
 def article_step(t_one_rank: float, grad_bytes: float, p: int, latency: float, bandwidth: float) -> float:
     """The article's T = T_compute + M/B + L, read the usual way: the one-rank step split p ways, plus
     one all_reduce of every gradient byte as chapter 4.2's fit prices it."""
+    whole("p", p), at_least("t_one_rank", t_one_rank), at_least("grad_bytes", grad_bytes)
     return t_one_rank / p + (grad_bytes / bandwidth + latency if p > 1 else 0.0)
 
 
 def ddp_buckets(grad_bytes: int, first: int = 2**20, cap: int = 25 * 2**20) -> tuple[int, ...]:
     """DDP's buckets for a model whose layers are fine-grained: a first bucket of ``first`` bytes (DDP's
     1 MiB), then ``cap`` (``bucket_cap_mb`` = 25) at most each. Real buckets close at layer boundaries."""
+    at_least("grad_bytes", grad_bytes), whole("first", first), whole("cap", cap)  # cap = 0 never ended
     out, left = [min(first, grad_bytes)], grad_bytes - min(first, grad_bytes)
     while left > 0:
         out.append(min(cap, left))

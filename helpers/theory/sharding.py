@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import at_least, one_of, whole, widths as check_widths, within
 from .communication import BUS_FACTOR, ddp_step_time, ring_allreduce_time
 from .memory import model_state_bytes
 
@@ -43,8 +44,7 @@ def sharded_state_bytes(n_params: int, p: int, stage: str, optimizer: str = "ada
     ZeRO-3 (4 + 4 + K)Ψ/p. Adam's step counts (4 bytes per tensor) are not divided:
     every rank keeps one for each shard it updates.
     """
-    if stage not in SHARDED:
-        raise ValueError(f"stage in {STAGES}, got {stage!r}")
+    one_of("stage", stage, STAGES), whole("p", p)
     states = model_state_bytes(n_params, optimizer, precision, n_tensors)
     steps = 4 * n_tensors if optimizer == "adam" else 0
     out = {}
@@ -58,22 +58,34 @@ def sharded_state_bytes(n_params: int, p: int, stage: str, optimizer: str = "ada
     return out
 
 
+def _runs(op: str, backend: str) -> str:
+    """The collective ``backend`` runs for ``op``."""
+    one_of("op", op, BUS_FACTOR), one_of("backend", backend, ("nccl", "gloo"))
+    return GLOO_RUNS.get(op, op) if backend == "gloo" else op
+
+
+def _ops(stage: str, reshard_after_forward: bool) -> dict[str, int]:
+    ops = dict(COLLECTIVES[one_of("stage", stage, STAGES)])
+    if stage == "ZeRO-3" and not reshard_after_forward:
+        ops["all_gather"] = 1
+    return ops
+
+
 def bytes_sent(op: str, message_bytes, p: int, backend: str = "nccl"):
     """Bytes one rank sends for one collective over a message of ``message_bytes`` (the full tensor).
 
     Ring algorithms: all_reduce 2 (p - 1) / p M; all_gather and reduce_scatter (p - 1) / p M.
     On gloo a reduce_scatter is an all_reduce (``GLOO_RUNS``), so it sends twice the textbook bytes.
     """
-    runs = GLOO_RUNS.get(op, op) if backend == "gloo" else op
+    runs = _runs(op, backend)
+    whole("p", p), at_least("message_bytes", message_bytes)
     return BUS_FACTOR[runs](p) * np.asarray(message_bytes, dtype=float)
 
 
 def step_traffic(param_bytes: float, p: int, stage: str, backend: str = "nccl",
                  reshard_after_forward: bool = True) -> dict[str, float]:
     """Bytes one rank sends in one step under ``stage``, by collective (see ``COLLECTIVES``)."""
-    ops = dict(COLLECTIVES[stage])
-    if stage == "ZeRO-3" and not reshard_after_forward:
-        ops["all_gather"] = 1
+    ops = _ops(stage, reshard_after_forward)
     return {op: n * float(bytes_sent(op, param_bytes, p, backend)) for op, n in ops.items()}
 
 
@@ -85,7 +97,9 @@ def collective_time(op: str, message_bytes, p: int, step_latency: float, seconds
     are each half of that ring: (p - 1) steps of M / p bytes. Each extra call pays the
     steps' latency again; on gloo reduce_scatter costs an all_reduce.
     """
-    runs = GLOO_RUNS.get(op, op) if backend == "gloo" else op
+    runs = _runs(op, backend)
+    whole("p", p), whole("messages", messages), at_least("message_bytes", message_bytes)
+    at_least("step_latency", step_latency), at_least("seconds_per_byte", seconds_per_byte)
     m = np.asarray(message_bytes, dtype=float)
     if runs == "all_reduce":
         return messages * 2.0 * (p - 1) * step_latency + ring_allreduce_time(m, p, 0.0, seconds_per_byte)
@@ -102,9 +116,8 @@ def sharded_step_time(t_compute, param_bytes: float, p: int, stage: str, step_la
     on). Sharding is free when it sends what DDP sends (ZeRO-1, ZeRO-2), or when its
     extra bytes fit in the overlappable compute; it costs time when they do not.
     """
-    ops = dict(COLLECTIVES[stage])
-    if stage == "ZeRO-3" and not reshard_after_forward:
-        ops["all_gather"] = 1
+    ops = _ops(stage, reshard_after_forward)
+    at_least("t_compute", t_compute), at_least("overlappable", overlappable)
     t_comm = sum(n * collective_time(op, param_bytes, p, step_latency, seconds_per_byte, backend, messages)
                  for op, n in ops.items())
     return ddp_step_time(t_compute, t_comm, overlappable)
@@ -120,6 +133,7 @@ def zero3_hidden_from(param_bytes: float, p: int, step_latency: float, seconds_p
 def segment_bounds(n_blocks: int, segments: int) -> list[tuple[int, int]]:
     """[start, end) of each of ``segments`` runs of consecutive blocks; the first ones one longer
     where they do not divide evenly (numpy's ``array_split``)."""
+    whole("n_blocks", n_blocks), whole("segments", segments)
     if not 1 <= segments <= n_blocks:
         raise ValueError(f"cannot cut {n_blocks} blocks into {segments} segments")
     sizes = [n_blocks // segments + (s < n_blocks % segments) for s in range(segments)]
@@ -137,7 +151,8 @@ def checkpointed_mlp_bytes(batch: int, widths: list[int], segments: int,
     head's input stay; during the backward one run at a time is recomputed, and holds its
     blocks' inputs again meanwhile (``recompute_peak``, on top of what is kept).
     """
-    hidden = list(widths[1:-1])
+    whole("batch", batch), whole("bytes_per_value", bytes_per_value)
+    hidden = check_widths("widths", widths, 3)[1:-1]  # a block needs a hidden layer
     inputs = [widths[0]] + hidden[:-1]  # the input of each block
     runs = segment_bounds(len(hidden), segments)
     kept = sum(inputs[a] for a, _ in runs) + hidden[-1]
@@ -150,4 +165,5 @@ def checkpoint_step_time(t_forward, t_backward, recomputed: float = 1.0):
     """A step with activation checkpointing: the backward first redoes the checkpointed
     ``recomputed`` fraction of the forward. For matmuls the forward is a third of a step
     (2 of 6 FLOPs per weight and sample, 1 of 3 multiply-adds), so full recompute costs about 4/3."""
+    at_least("t_forward", t_forward), at_least("t_backward", t_backward), within("recomputed", recomputed, 0, 1)
     return np.asarray(t_forward, dtype=float) * (1.0 + recomputed) + np.asarray(t_backward, dtype=float)

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import at_least
+
 
 def _finite(fit: str, **arrays) -> list[np.ndarray]:
     """The arrays as floats, refused unless every value is a finite number."""
@@ -22,7 +24,7 @@ def amdahl(p, alpha):
 
     alpha is the serial fraction of the one-device run; the ceiling as p grows is 1 / alpha.
     """
-    p = np.asarray(p, dtype=float)
+    p = np.asarray(at_least("p", p, 1), dtype=float)
     return 1.0 / (alpha + (1.0 - alpha) / p)
 
 
@@ -32,7 +34,7 @@ def gustafson(p, alpha_p):
     alpha_p is the serial fraction of the *p-device* run's time. S compares that run
     with one device doing the same, p times larger, work.
     """
-    p = np.asarray(p, dtype=float)
+    p = np.asarray(at_least("p", p, 1), dtype=float)
     return p - alpha_p * (p - 1.0)
 
 
