@@ -23,7 +23,7 @@ import sys
 import psutil
 
 from . import protocol
-from .machine import Machine
+from .machine import Machine, loopback_interface
 from .machine import this as this_machine
 from .node_runs import (NodeRun, bound_to, every_interface, host_job, kill_tree,  # noqa: F401 - re-exported
                         listening, run_nodes)
@@ -32,7 +32,7 @@ from .node_runs import (NodeRun, bound_to, every_interface, host_job, kill_tree,
 # c10d_rendezvous_backend.DEFAULT_PORT); 29500 is --master-port's, for the static rendezvous.
 # On loopback the OS picks a free port instead.
 RDZV_PORT = 29400
-LOOPBACK = "lo"
+LOOPBACK = loopback_interface()  # lo on Linux, lo0 on macOS
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run")  # this Python's torchrun, wherever its venv is
 
 

@@ -32,7 +32,6 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handl
 
 HOST = "127.0.0.1"
 BACKEND = "helpers-loopback"  # LaunchConfig's rdzv_backend
-INTERFACE = "lo"  # what GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME name: loopback on Linux
 
 
 def store(port: int = 0, timeout: timedelta = timedelta(seconds=60)) -> dist.TCPStore:

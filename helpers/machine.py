@@ -54,6 +54,10 @@ class Machine:
         return "nccl" if 0 < nprocs <= self.n_gpus else "gloo"
 
     @property
+    def loopback(self) -> str:
+        return loopback_interface(self.system)
+
+    @property
     def whole_cores(self) -> int:
         """Cores a rank can have to itself: two ranks on one core's two hardware threads share its
         arithmetic units and caches, so they are not two cores' worth of compute."""
@@ -106,6 +110,12 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
                  platform.processor() or "unknown CPU")
     flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
     return model, frozenset(flags)
+
+
+def loopback_interface(system: str = platform.system()) -> str:
+    """The loopback interface's name, which GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME take: macOS
+    calls it lo0, and gloo refuses a name the system does not have."""
+    return "lo0" if system == "Darwin" else "lo"
 
 
 def physical_cores_in(cpuinfo: str, cpus: set[int]) -> int:

@@ -78,7 +78,7 @@ def store_memory(shared_store: bool, timeout: float = 30.0) -> list[dict]:
 
 def _env(ranks: int) -> dict[str, str]:
     """One agent of ``ranks`` ranks: gloo's sockets on loopback, each rank its share of the cores."""
-    return {**cluster.interface_env("lo"), protocol.THREADS: str(this_machine().threads_per_rank(ranks))}
+    return {**cluster.interface_env(cluster.LOOPBACK), protocol.THREADS: str(this_machine().threads_per_rank(ranks))}
 
 
 @dataclass

@@ -183,3 +183,15 @@ def test_ranks_are_handed_the_launchers_machine_instead_of_asking_the_gpus(monke
     monkeypatch.setattr(sys.modules["helpers.launch"], "this_machine", lambda: told)
     ranks = helpers.launch(smoke.allreduce_rank, nprocs=2, show=None)
     assert {r["machine"] for r in ranks} == {machine.to_json(told)}
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_the_loopback_interface_is_named_as_the_system_names_it(name, m):
+    """gloo refuses GLOO_SOCKET_IFNAME=lo on macOS, whose loopback is lo0."""
+    assert m.loopback == ("lo0" if m.system == "Darwin" else "lo")
+
+
+def test_launch_pins_gloo_to_this_systems_loopback():
+    import psutil
+    from helpers import machine
+    assert machine.this().loopback in psutil.net_if_addrs()

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from helpers import models
-from helpers.machine import usable_cpus
+from helpers.machine import loopback_interface, usable_cpus
 from helpers.dist import distributed, report
 from helpers.training import median, train_step, turns
 
@@ -169,7 +169,7 @@ def _gloo_group(name: str, threads: int, lazy: bool | None = None):
     opts = dist.ProcessGroupGloo._Options()
     opts._threads = threads
     opts._timeout = datetime.timedelta(seconds=60)
-    opts._devices = [dist.ProcessGroupGloo.create_device(interface="lo", lazy_init=lazy)]
+    opts._devices = [dist.ProcessGroupGloo.create_device(interface=loopback_interface(), lazy_init=lazy)]
     store = dist.PrefixStore(name, dist.distributed_c10d._get_default_store())
     return dist.ProcessGroupGloo(store, dist.get_rank(), dist.get_world_size(), opts)
 

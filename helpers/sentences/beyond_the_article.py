@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import plans
-from ..machine import Machine
+from ..machine import Machine, loopback_interface
 from .common import _runs, _ran_on_gpus, _loopback_nodes
 
 
@@ -93,7 +93,8 @@ def hangs(m: Machine) -> dict[str, str]:
 
 def cluster(hostname: str, interfaces: dict[str, list[str]], netns_why_not: str) -> dict[str, str]:
     """7.3: this machine's interfaces, and whether it can make network namespaces (and why not)."""
-    others = [f"{n} ({', '.join(a) or 'no IPv4 address'})" for n, a in interfaces.items() if n != "lo"]
+    others = [f"{n} ({', '.join(a) or 'no IPv4 address'})" for n, a in interfaces.items()
+              if n != loopback_interface()]
     where = (f"Besides loopback, this machine ({hostname}) has {', '.join(others)}: on a cluster the "
              "interface that reaches the other nodes is the one to name" if others else
              f"This machine ({hostname}) has loopback alone, so here both nodes can only meet on 127.0.0.1")
