@@ -73,8 +73,10 @@ def store_memory(fail_rank: int = 1) -> dict:
     restart, rank = protocol.restart_count(), int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    # multi_tenant, as init_process_group asks: under helpers.launch rank 0 already serves this port
+    # on 127.0.0.1 (helpers.loopback), and a multi-tenant request reuses that server.
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
-                          is_master=rank == 0 and not shared, timeout=protocol.group_timeout(60))
+                          is_master=rank == 0 and not shared, timeout=protocol.group_timeout(60), multi_tenant=True)
     store.set(f"attempt{restart}/rank{rank}", str(os.getpid()))
     store.wait([f"attempt{restart}/rank{r}" for r in range(world)])
     if restart == 0 and rank == fail_rank:
