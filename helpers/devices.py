@@ -52,6 +52,13 @@ def for_rank(backend: str, local_rank: int = 0, m: Machine | None = None) -> tor
     return torch.device("cuda", local_rank)
 
 
+def of_process(m: Machine | None = None) -> torch.device:
+    """The device a single-process probe runs on (3.3, 5.2): what a job of one rank would get, the
+    first GPU where there is one, else the CPU."""
+    m = m or this_machine()
+    return for_rank(m.backend(1), 0, m)
+
+
 def of_group(group=None) -> torch.device:
     """Where the tensors handed to ``group``'s collectives must live: this rank's GPU under NCCL,
     the CPU under gloo (code that has no ``Context`` at hand asks the group itself)."""

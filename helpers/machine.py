@@ -186,13 +186,3 @@ def this() -> Machine:
                    python=platform.python_version(), memory=psutil.virtual_memory().total,
                    physical_cores=_physical_cores(cpus), gpu_memory=gpu_memory)
 
-
-def cuda_available() -> bool:
-    """Whether this process can use CUDA (a rank's RNG state and device follow it)."""
-    return this().n_gpus > 0
-
-
-def default_device():
-    """The device a single-process probe runs on: the first GPU, else the CPU."""
-    import torch
-    return torch.device("cuda" if cuda_available() else "cpu")

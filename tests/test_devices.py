@@ -195,3 +195,8 @@ def test_launch_pins_gloo_to_this_systems_loopback():
     import psutil
     from helpers import machine
     assert machine.this().loopback in psutil.net_if_addrs()
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_a_single_process_probe_runs_where_a_one_rank_job_would(name, m):
+    assert devices.of_process(m) == (torch.device("cuda", 0) if m.n_gpus else torch.device("cpu"))

@@ -17,7 +17,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from helpers import amp, data, devices
-from helpers.machine import default_device
 from helpers.measure import saved_bytes
 from helpers.models import SimpleModel, WideMLP, widths
 from helpers.training import train_step, turns
@@ -71,7 +70,7 @@ def underflow_probe(epochs: int = 10, batch_size: int = 64, lr: float = 0.05, pr
     Returns per-epoch fractions of the nonzero fp32 gradient that each flushed to zero,
     and the last epoch's gradients themselves.
     """
-    device = device or default_device()
+    device = device or devices.of_process()
     torch.manual_seed(seed)
     x, y = (t.to(device) for t in data.load(train=True).tensors)
     model = SimpleModel().to(device)
@@ -102,7 +101,7 @@ def scaler_dynamics(steps: int = 80, init_scale: float = 2.0**20, growth_interva
 
     float16 on purpose, on any device: it is the dtype that needs the scaler.
     """
-    device = device or default_device()
+    device = device or devices.of_process()
     torch.manual_seed(seed)
     model = SimpleModel().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
@@ -146,7 +145,7 @@ def autocast_op_table(device: torch.device | None = None, dtype: torch.dtype | N
     output; an op on its float32 list turns ``dtype`` inputs into float32 output;
     any other op just follows the dtype of its inputs.
     """
-    device = device or default_device()
+    device = device or devices.of_process()
     dtype = dtype or amp.autocast_dtype(device)
     g = torch.Generator().manual_seed(0)
     fp32 = [torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g),
@@ -170,7 +169,7 @@ def step_times(dtypes: list[torch.dtype | None], steps: int = 10, batch_size: in
                device: torch.device | None = None) -> dict[str, list[float]]:
     """Time ``steps`` training steps of ``SimpleModel`` per dtype (None: fp32), round-robin so that
     every dtype sees the same machine. float16 gets a GradScaler, as it needs one."""
-    device = device or default_device()
+    device = device or devices.of_process()
     torch.manual_seed(seed)
     x, y = torch.randn(batch_size, 1, 28, 28, device=device), torch.randint(0, 10, (batch_size,), device=device)
 
@@ -208,7 +207,7 @@ def side_by_side(width: int = 1024, depth: int = 4, epochs: int = 4, batch_size:
     one under the book's autocast policy (``helpers.amp``), alternating step by step so that both
     see the same machine; time every step, then score both on the test split.
     """
-    device = device or default_device()
+    device = device or devices.of_process()
     dtype = amp.autocast_dtype(device)
     torch.manual_seed(seed)
     models = {"fp32": WideMLP(width, depth).to(device)}

@@ -50,7 +50,7 @@ def model_parallel(m: Machine) -> dict[str, str]:
 
 
 def mixed_precision(m: Machine) -> dict[str, str]:
-    """3.3 runs in one process on ``machine.default_device()``: the first GPU, else the CPU."""
+    """3.3 runs in one process on ``devices.of_process()``: the first GPU, else the CPU."""
     gpu = m.gpus[0] if m.gpus else None
     return {"gpu_case": f"It ran on this machine's GPU, a {gpu}" if gpu
             else f"It did not run on a GPU here: this machine has {m.describe()}",
