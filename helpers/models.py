@@ -11,6 +11,8 @@ import re
 import torch
 import torch.nn as nn
 
+from helpers import gpt
+
 
 class SimpleModel(nn.Module):
     """The article's model (its section 5.1): 784 -> 256 -> 10."""
@@ -95,6 +97,8 @@ MODELS = {
     "three-layer": ThreeLayerMLP,                # the article's model-parallel model, whole
     "wide-512x4": lambda: WideMLP(512, 4),       # 0.9 M parameters
     "wide-1024x4": lambda: WideMLP(1024, 4),     # 2.9 M parameters: matmuls set the step time
+    "gpt-tiny": lambda: gpt.build("gpt-tiny"),   # part 8's GPT (helpers/gpt.py), 2 layers
+    "gpt-small": lambda: gpt.build("gpt-small"), # ... 4 layers of 128: chapter 8.1's model
 }
 
 
