@@ -53,13 +53,20 @@ def glue(**values: Any) -> None:
 
 
 def check(answer: Any, is_right: Callable[[Any], bool], hint: str) -> bool | None:
-    """Grade an exercise: None while unanswered, else whether ``is_right(answer)``, with a hint if not."""
+    """Grade the reader's answer: None while unanswered, else whether ``is_right(answer)``, said
+    aloud with a hint if not."""
     if answer is None:
         print("Not answered yet: set the variable above and run this cell again.")
         return None
-    ok = bool(is_right(answer))
+    ok = grade(answer, is_right)
     print("Correct." if ok else f"Not quite. Hint: {hint}")
     return ok
+
+
+def grade(answer: Any, is_right: Callable[[Any], bool]) -> bool:
+    """``check`` without a word: the book's own self-checks of an exercise's grader (that it takes
+    the right answer and refuses a plausible wrong one) must not print "Not quite" at the reader."""
+    return bool(is_right(answer))
 
 
 class FigureAltText:
