@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: book test unit notebooks build browser system-deps lab bench clean mathjax
+.PHONY: book test unit notebooks build browser system-deps lab lab-extension bench clean mathjax
 
 # MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
 MATHJAX_VERSION := 3.2.2
@@ -63,11 +63,34 @@ system-deps:
 	  { echo "The tests need node, chromium and chromedriver on PATH: apt-get install nodejs chromium chromium-driver"; exit 1; }
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
-browser: $(STAMP) system-deps
+browser: $(STAMP) system-deps lab-extension
 	$(BIN)/python -m pytest tests/browser -q
 
-## The notebooks, live, in JupyterLab.
-lab: $(STAMP)
+# JupyterLab shows the prose as the web book does (book/_lab): the extension is built from npm's
+# registry once, then installed into the venv with the settings that keep JupyterLab quiet.
+LAB_DIR      := book/_lab
+LAB_MODULES  := $(LAB_DIR)/node_modules/.package-lock.json
+LAB_EXT      := $(VENV)/share/jupyter/labextensions/book-prose/package.json
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+LAB_CORE      = $$($(abspath $(BIN))/python -c 'import jupyterlab, os; print(os.path.dirname(jupyterlab.__file__))')/staging
+
+$(LAB_MODULES): $(LAB_DIR)/package.json $(LAB_DIR)/package-lock.json
+	cd $(LAB_DIR) && npm ci --no-audit --no-fund --loglevel=error
+
+$(LAB_EXT): $(STAMP) $(LAB_MODULES) $(wildcard $(LAB_DIR)/src/*.js) $(LAB_DIR)/style/index.css \
+            $(LAB_DIR)/book_data.py $(LAB_DIR)/glue_cells.json book/references.bib _toc.yml \
+            $(wildcard notebooks/*.ipynb book/*.md)
+	$(BIN)/python $(LAB_DIR)/book_data.py
+	cd $(LAB_DIR) && node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path $(LAB_CORE) .
+	rm -rf $(@D) && mkdir -p $(dir $(@D)) && cp -r $(LAB_DIR)/labextension $(@D)
+
+$(LAB_SETTINGS): $(LAB_DIR)/overrides.json
+	mkdir -p $(@D) && cp $< $@
+
+lab-extension: $(LAB_EXT) $(LAB_SETTINGS)
+
+## The notebooks, live, in JupyterLab, their prose as on the web.
+lab: $(STAMP) lab-extension
 	$(BIN)/jupyter lab notebooks
 
 bench: $(STAMP)
