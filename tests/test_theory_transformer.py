@@ -155,7 +155,8 @@ def test_activation_options_by_hand():
     assert "softmax output" not in flash
     assert tf.activation_terms(shape, b, recompute="selective", attention="flash") == tf.activation_terms(
         shape, b, attention="flash")
-    assert tf.activation_terms(shape, b, norm_stats=True)["LayerNorm statistics"] == 16 * 4 * 3
+    assert tf.activation_terms(shape, b, norm_stats=True)["LayerNorm statistics"] == 4 * 2 * 4 * 3
+    assert tf.activation_terms(shape, b, mask_bytes=2)["MLP dropout mask"] == 2 * 96
     assert tf.activation_terms(shape, b, tp=2, sp=True, recompute="full") == {"layer input": 96.0}
 
 
@@ -166,6 +167,38 @@ def test_outside_the_layers_korthikanti_sec_4_3():
     assert sum(out.values()) == 4 * sbh / t * (1 + 16 / 8)
     total = tf.model_activation_bytes(shape, b, tp=t, sp=True, dropout=False)
     assert total == 2 * tf.activation_bytes(shape, b, tp=t, sp=True, dropout=False) + sum(out.values())
+
+
+def saved_bytes(cfg, batch, dtype):
+    """Bytes one GPT block saves for backward (saved-tensor hooks; each storage once, parameters not)."""
+    import torch
+    torch.manual_seed(0)
+    model = gpt.GPT(cfg).train().to(dtype)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+    x = torch.randn(batch, cfg.seq, cfg.hidden, dtype=dtype, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.blocks[0](x)
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("dropout, dtype, v", [(0.0, "float32", 4), (0.0, "bfloat16", 2), (0.1, "float32", 4)])
+def test_configured_terms_are_what_torch_saves_on_this_cpu(dropout, dtype, v):
+    """Without dropout SDPA runs the CPU flash kernel (q, k, v, output, logsumexp); with it, the math
+    path (the s² scores, mask and dropped scores, the masks in the input's dtype). LayerNorm's mean
+    and 1/std are in the input's dtype too. Exact, byte for byte."""
+    import torch
+    cfg = gpt.GPTConfig(seq=32, layers=1, hidden=64, heads=4, dropout=dropout)
+    shape = Shape(1, 64, 4, 32, 256)
+    want = tf.activation_bytes(shape, 2, bytes_per_value=v, dropout=dropout > 0, norm_stats=True, mask_bytes=v,
+                               attention="flash" if dropout == 0 else "materialized")
+    assert saved_bytes(cfg, 2, getattr(torch, dtype)) == want
 
 
 # --- Inputs ----------------------------------------------------------------------------------
@@ -183,6 +216,7 @@ def test_outside_the_layers_korthikanti_sec_4_3():
     (lambda: tf.activation_terms(Shape(1, 8, 2, 4, 16, gated=True), 1), "standard GPT layer"),
     (lambda: tf.activation_terms(Shape(1, 8, 2, 4, 16), 1, sp="yes"), "True or False"),
     (lambda: tf.mfu(1e12, 0), "peak_flops_per_s must be > 0"),
+    (lambda: tf.activation_terms(Shape(1, 8, 2, 4, 16), 1, mask_bytes=0), "mask_bytes"),
     (lambda: tf.training_days(1e9, 1e9, 0, 1e12), "gpus"),
     (lambda: tf.model_states(1e6, "ZeRO-4"), "stage must be one of"),
     (lambda: tf.model_states(1e6, "ZeRO-1", 0), "p must be"),

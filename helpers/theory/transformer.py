@@ -226,7 +226,7 @@ def _tp(shape: Shape, tp: int) -> None:
 
 def activation_terms(shape: Shape, micro_batch: int, tp: int = 1, sp: bool = False, recompute="none",
                      bytes_per_value: int = 2, dropout: bool = True, attention: str = "materialized",
-                     norm_stats: bool = False) -> dict[str, float]:
+                     norm_stats: bool = False, mask_bytes: int = 1) -> dict[str, float]:
     """Bytes one layer keeps for its backward on one of ``tp`` ranks, by what is kept.
 
     Korthikanti et al. 2022, Section 4.1, v bytes a value, dropout masks 1 byte a value:
@@ -242,12 +242,16 @@ def activation_terms(shape: Shape, micro_batch: int, tp: int = 1, sp: bool = Fal
     saves q, k, v, its output (laid out (b, s, a, d): the out-proj input is a view of it) and a float32
     logsumexp, a·s·b values; a flash dropout keeps an RNG state, not a mask (on a CPU, dropout > 0
     takes the math path, which materializes the scores). ``dropout=False`` drops the masks and the
-    dropout's output; ``norm_stats`` adds the LayerNorms' float32 means and 1/stds (4·sb values).
+    dropout's output; ``norm_stats`` adds the LayerNorms' means and 1/stds (4·sb values, v bytes on a
+    CPU). ``mask_bytes``: a mask's bytes a value; 1 as on CUDA (bool), v on a CPU, whose dropout keeps
+    its scaled noise in the input's dtype. (On a CPU in bfloat16 the math path upcasts q, k, v and
+    the scores to float32: not modelled.)
     """
     if not shape.standard:
         raise ValueError("activation_terms counts a standard GPT layer (kv_heads = heads, a 4h MLP, no gate); "
                          f"got kv_heads={shape.kv_heads}, mlp_hidden={shape.mlp_hidden}, gated={shape.gated}")
     whole("micro_batch", micro_batch), _tp(shape, tp), whole("bytes_per_value", bytes_per_value)
+    whole("mask_bytes", mask_bytes)
     r, _ = _recompute(recompute), one_of("attention", attention, ATTENTION)
     if not all(isinstance(x, bool) for x in (sp, dropout, norm_stats)):
         raise ValueError(f"sp, dropout and norm_stats must be True or False, got {sp!r}, {dropout!r}, {norm_stats!r}")
@@ -261,18 +265,18 @@ def activation_terms(shape: Shape, micro_batch: int, tp: int = 1, sp: bool = Fal
     if attention == "materialized" and r == "none":
         terms["softmax output"] = v * ass / t
         if dropout:
-            terms["softmax dropout mask"] = ass / t
+            terms["softmax dropout mask"] = mask_bytes * ass / t
             terms["attention dropout output"] = v * ass / t
     if attention == "flash":
         terms["logsumexp"] = 4 * shape.heads * shape.seq * micro_batch / t
     terms["out-proj input"] = v * sbh / t
     if dropout:
-        terms["attention dropout mask"] = sbh / outside
+        terms["attention dropout mask"] = mask_bytes * sbh / outside
     terms.update({"MLP input": v * sbh / outside, "GeLU input": 4 * v * sbh / t, "GeLU output": 4 * v * sbh / t})
     if dropout:
-        terms["MLP dropout mask"] = sbh / outside
+        terms["MLP dropout mask"] = mask_bytes * sbh / outside
     if norm_stats:
-        terms["LayerNorm statistics"] = 2 * 2 * 4 * shape.seq * micro_batch / outside
+        terms["LayerNorm statistics"] = 4 * v * shape.seq * micro_batch / outside
     return {k: float(x) for k, x in terms.items()}
 
 
@@ -282,14 +286,15 @@ def activation_bytes(shape: Shape, micro_batch: int, **options) -> float:
 
 
 def outside_layers_terms(shape: Shape, micro_batch: int, tp: int = 1, sp: bool = False,
-                         bytes_per_value: int = 2, dropout: bool = True) -> dict[str, float]:
+                         bytes_per_value: int = 2, dropout: bool = True, mask_bytes: int = 1) -> dict[str, float]:
     """What the model keeps outside its layers (Korthikanti et al. 2022, Section 4.3, with SP):
     the embedding dropout's mask sbh, the final LayerNorm's input and the head's input v·sbh each,
-    and the float32 log-softmax of the cross-entropy 4·sbV; 4sbh/t·(1 + V/h) at v = 2, no dropout."""
+    and the cross-entropy's float32 log-softmax 4·sbV (in 16-bit training without autocast, torch's
+    is v bytes): 4sbh/t·(1 + V/h) at v = 2 without dropout."""
     whole("micro_batch", micro_batch), _tp(shape, tp), whole("bytes_per_value", bytes_per_value)
     v, t, outside = bytes_per_value, tp, tp if sp else 1
     sbh = shape.seq * micro_batch * shape.hidden
-    terms = {"embedding dropout mask": sbh / outside} if dropout else {}
+    terms = {"embedding dropout mask": whole("mask_bytes", mask_bytes) * sbh / outside} if dropout else {}
     terms.update({"final LayerNorm input": v * sbh / outside, "head input": v * sbh / outside,
                   "cross-entropy log-probabilities": 4 * shape.seq * micro_batch * shape.vocab / t})
     return {k: float(x) for k, x in terms.items()}
@@ -298,6 +303,6 @@ def outside_layers_terms(shape: Shape, micro_batch: int, tp: int = 1, sp: bool =
 def model_activation_bytes(shape: Shape, micro_batch: int, tp: int = 1, sp: bool = False, **options) -> float:
     """All the activations one rank keeps at the end of a forward: ``layers`` times one layer's,
     plus ``outside_layers_terms`` (no pipeline: one stage holds every layer)."""
-    keep = {k: options[k] for k in ("bytes_per_value", "dropout") if k in options}
+    keep = {k: options[k] for k in ("bytes_per_value", "dropout", "mask_bytes") if k in options}
     return (shape.layers * activation_bytes(shape, micro_batch, tp=tp, sp=sp, **options)
             + sum(outside_layers_terms(shape, micro_batch, tp, sp, **keep).values()))
