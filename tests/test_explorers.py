@@ -2,7 +2,7 @@
 
 ``helpers/widgets/theory.js`` mirrors the formulas the explorers need (Amdahl and
 Gustafson, strategy_memory and advise's search with its verdict, diagnose with its advice
-and card). Run over grids of inputs, it must give what helpers.theory and helpers.widgets
+and card, predict_step, theory.transformer's bill). Run over grids of inputs, it must give what helpers.theory and helpers.widgets
 give: the same strategy, pp, dp and bytes, the same step, speedup, bound and advice, the
 same sentences. Then each explorer's own script runs on a fake page (tests/fake_dom.js):
 every control must change the readout.
