@@ -1,8 +1,8 @@
 // helpers.theory's formulas that the explorers need, mirrored line for line, for the browser.
 // tests/test_explorers.py runs these under node over a grid of inputs and asserts they equal
 // helpers.theory's results and helpers.widgets' sentences. Change both sides together.
-// What the JS does not port (the transformer's parameter and activation counts), Python
-// computes and hands over as data.
+// What the JS does not port (chapter 2's transformer counts, for the fit explorer), Python
+// computes and hands over as data; theory.transformer (8.1) is ported at the end.
 const theory = (function () {
   // --- Python's format specs, exactly: f"{x:.2f}", f"{x:,.1f}", f"{x:g}" --------------------
 
