@@ -76,6 +76,22 @@ def test_flops_by_hand_and_narayanan_eq3_is_the_step_with_full_recomputation():
         assert tf.flops_per_step(s, 8) < tf.flops_per_step(s, 8, "full")
 
 
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_flops_are_what_torchs_flop_counter_counts_on_the_gpt(dropout):
+    """A training step of helpers.gpt under FlopCounterMode, exactly: with dropout SDPA takes the math
+    path (bmm, counted); without, the CPU flash kernel, which FlopCounterMode has no formula for."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    torch.manual_seed(0)
+    model, b = gpt.GPT(gpt.GPTConfig(seq=32, layers=2, hidden=64, heads=4, dropout=dropout)).train(), 3
+    x, y = torch.randint(256, (b, 32)), torch.randint(256, (b, 32))
+    with FlopCounterMode(display=False) as counter:
+        model(x, y)[1].backward()
+    shape = Shape(2, 64, 4, 32, 256)
+    assert counter.get_total_flops() == tf.flops_per_step(shape, b, attention_flops=dropout > 0)
+    assert tf.flops_per_step(shape, b) - tf.flops_per_step(shape, b, attention_flops=False) == 3 * 4 * b * 32**2 * 64 * 2
+
+
 def test_six_n_gives_gpt3s_published_compute():
     """Brown et al. 2020, Table D.1: GPT-3 175B (174,600 M parameters, 300 B tokens) took 3.14e23 FLOPs,
     3.64e3 petaFLOP/s-days: Kaplan et al. 2020's 6N a token."""
@@ -211,6 +227,7 @@ def test_configured_terms_are_what_torch_saves_on_this_cpu(dropout, dtype, v):
     (lambda: tf.narayanan_parameters(-1, 8, 16, 4), "layers"),
     (lambda: tf.flops_per_step(Shape(1, 8, 2, 4, 16), 0), "batch"),
     (lambda: tf.flops_per_step(Shape(1, 8, 2, 4, 16), 1, "some"), "recompute must be one of"),
+    (lambda: tf.flops_per_step(Shape(1, 8, 2, 4, 16), 1, attention_flops=None), "attention_flops"),
     (lambda: tf.activation_terms(Shape(1, 8, 2, 4, 16), 1, tp=4), "tp"),
     (lambda: tf.activation_terms(Shape(1, 8, 2, 4, 16), 1, attention="sdpa"), "attention must be one of"),
     (lambda: tf.activation_terms(Shape(1, 8, 2, 4, 16, gated=True), 1), "standard GPT layer"),

@@ -120,7 +120,7 @@ def _recompute(recompute) -> str:
     return one_of("recompute", recompute, RECOMPUTE)
 
 
-def flops_terms(shape: Shape, batch: int, recompute="none") -> dict[str, float]:
+def flops_terms(shape: Shape, batch: int, recompute="none", attention_flops: bool = True) -> dict[str, float]:
     """Matmul FLOPs of one training step on ``batch`` sequences of ``seq`` tokens, by pass.
 
     2 FLOPs per multiply-add. Forward per layer: the Linears 2·b·s·(weights) = 24 b s h², and
@@ -132,26 +132,28 @@ def flops_terms(shape: Shape, batch: int, recompute="none") -> dict[str, float]:
     terms are the full square: a causal mask would halve them, but neither these formulas nor
     torch's FlopCounterMode credit it (its sdpa formulas ignore ``is_causal``). FlopCounterMode has
     no formula for ``_scaled_dot_product_flash_attention_for_cpu`` (torch 2.14), the kernel SDPA runs
-    on a CPU without dropout: there attention counts 0 FLOPs, and only the Linears are measured.
+    on a CPU without dropout: there it counts attention as 0, and ``attention_flops=False`` is its count.
     """
     whole("batch", batch)
+    if not isinstance(attention_flops, bool):
+        raise ValueError(f"attention_flops must be True or False, got {attention_flops!r}")
     r = _recompute(recompute)
     aw, _, mw, _ = _layer_weights(shape)
     b, s, h, l = batch, shape.seq, shape.hidden, shape.layers
-    linears, attention = 2 * b * s * (aw + mw) * l, 4 * b * s * s * h * l
+    linears, attention = 2 * b * s * (aw + mw) * l, 4 * b * s * s * h * l * attention_flops
     head = 2 * b * s * h * shape.vocab
     forward = linears + attention + head
     extra = {"none": 0, "selective": attention, "full": linears + attention}[r]
     return {"forward": float(forward), "backward": float(2 * forward), "recompute": float(extra)}
 
 
-def flops_per_step(shape: Shape, batch: int, recompute="none") -> float:
-    return sum(flops_terms(shape, batch, recompute).values())
+def flops_per_step(shape: Shape, batch: int, recompute="none", attention_flops: bool = True) -> float:
+    return sum(flops_terms(shape, batch, recompute, attention_flops).values())
 
 
-def flops_per_token(shape: Shape, recompute="none") -> float:
+def flops_per_token(shape: Shape, recompute="none", attention_flops: bool = True) -> float:
     """One step's FLOPs over its tokens: 6·(Linear weights) + 12 s h per layer + 6 h V."""
-    return flops_per_step(shape, 1, recompute) / shape.seq
+    return flops_per_step(shape, 1, recompute, attention_flops) / shape.seq
 
 
 def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
