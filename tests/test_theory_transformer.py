@@ -109,7 +109,9 @@ def test_six_n_gives_gpt3s_published_compute():
 # --- Utilization and time --------------------------------------------------------------------
 
 def test_table_1s_percentages_of_peak_and_eq4s_training_times():
-    for *_, tflops, pct in NARAYANAN_TABLE_1:  # Table 1: achieved / 312 teraFLOP/s, to the percent
+    # Table 1: achieved / 312 teraFLOP/s, to the percent (achieved counts Eq. 3's FLOPs, recomputation
+    # included: in PaLM's terms a hardware FLOPs utilization)
+    for *_, tflops, pct in NARAYANAN_TABLE_1:
         assert round(100 * tf.mfu(tflops * 1e12, 312e12)) == pct
     # Narayanan et al. 2021, Sec. 5.1 (Eq. 4): GPT-3, 300 B tokens on 1024 A100s at 140 teraFLOP/s: 34 days;
     # the 1T model (Table 1: 1008 B), 450 B tokens on 3072 GPUs at 163 teraFLOP/s: 84 days.

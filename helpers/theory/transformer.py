@@ -172,14 +172,14 @@ def six_n_flops_per_token(n_params: float) -> float:
 
 
 def kaplan_flops_per_token(n_params: float, layers: int, seq: int, hidden: int) -> float:
-    """Kaplan et al. 2020, Table 1, times 3 for forward and backward: 6N + 6 l s h, the second
-    term attention's (they count a causal half: 2 l s h forward, where ``flops_terms`` has 4)."""
+    """Kaplan et al. 2020, Table 1, times 3 for forward and backward: 6N + 6 l s h, the second term
+    attention's, a causal half (2 l s h forward; ``flops_terms`` has 4). PaLM's MFU (Chowdhery et al.
+    2022, Appendix B) counts the same, 6N + 6LHQT."""
     whole("layers", layers), whole("seq", seq), whole("hidden", hidden)
     return six_n_flops_per_token(n_params) + 6.0 * layers * seq * hidden
 
 
 # --- Utilization and time -----------------------------------------------------------------------
-
 
 def mfu(achieved_flops_per_s, peak_flops_per_s):
     """Model FLOPs utilization: the model's FLOPs (recomputation not counted) per second over the
