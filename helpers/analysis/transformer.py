@@ -15,28 +15,30 @@ from collections import defaultdict
 import torch
 import torch.nn as nn
 
+from ..theory import transformer as theory
+
 # (saving module, relation) -> term, for one block; ``gpt.Block``'s own names. "new" is a tensor the
 # module made in its own forward (not a child's output); "out:X" is child X's output.
 TERMS = {
-    ("ln1", "input"): "LayerNorm 1 input",
-    ("ln1", "new"): "LayerNorm statistics",
+    ("ln1", "input"): "LayerNorm inputs", ("ln2", "input"): "LayerNorm inputs",
+    ("ln1", "new"): "LayerNorm statistics", ("ln2", "new"): "LayerNorm statistics",
     ("attn.wq", "input"): "QKV input", ("attn.wk", "input"): "QKV input", ("attn.wv", "input"): "QKV input",
-    ("attn", "out:wq"): "Q", ("attn", "out:wk"): "K", ("attn", "out:wv"): "V",
-    ("attn.proj", "input"): "attention output",  # a copy where the kernel's layout is not (b, s, heads, d)
-    ("ln2", "input"): "LayerNorm 2 input",
-    ("ln2", "new"): "LayerNorm statistics",
+    ("attn", "out:wq"): "Q and K", ("attn", "out:wk"): "Q and K", ("attn", "out:wv"): "V",
+    ("attn.proj", "input"): "out-proj input",  # a copy where the kernel's output is not laid out (b, s, a, d)
     ("mlp.fc", "input"): "MLP input",
-    ("mlp", "out:fc"): "GELU input",
-    ("mlp.proj", "input"): "GELU output",
+    ("mlp", "out:fc"): "GeLU input",
+    ("mlp.proj", "input"): "GeLU output",
 }
 LAYER = re.compile(r"^blocks\.(\d+)\.?(.*)$")
 
 
 def _attention_new(t: torch.Tensor, seq: int) -> str:
-    """A tensor the attention made itself: the kernel's output, its softmax statistics, or s x s scores."""
+    """A tensor the attention made itself: s x s scores (the math path), else a fused kernel's output,
+    which the out-projection reads (a view of it, where the kernel lays it out as (b, s, a, d)), or its
+    softmax statistics."""
     if t.dim() >= 2 and t.shape[-1] == t.shape[-2] == seq:
-        return "attention scores (s x s)"
-    return "attention output" if t.dim() == 4 else "softmax logsumexp"  # the output: the projection's input
+        return "softmax output"
+    return "out-proj input" if t.dim() == 4 else "logsumexp"
 
 
 def _term(local: str, relation: str, t: torch.Tensor, seq: int) -> str:
@@ -163,3 +165,29 @@ def attention_kernel(model: nn.Module, idx: torch.Tensor) -> str:
 def parameters(model: nn.Module) -> int:
     """Every parameter once (a tied head shares the embedding's)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def shape_of(cfg) -> "theory.Shape":
+    """``theory``'s Shape of a ``gpt.GPTConfig``."""
+    return theory.Shape(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, seq=cfg.seq, vocab=cfg.vocab,
+                        tied=cfg.tied)
+
+
+def hardware_flops(shape, batch: int) -> dict[str, float]:
+    """``theory.flops_terms`` configured to a fused (flash-like) attention kernel: its backward
+    recomputes the scores q kᵀ from q and k, one of attention's two forward matmuls, so the hardware
+    runs half of the attention's forward FLOPs again. That half is what ``FlopCounterMode`` counts
+    with torch's own formula for the kernel's backward, and what HFU adds to MFU here."""
+    terms = theory.flops_terms(shape, batch)
+    attention = theory.flops_terms(shape, batch, "selective")["recompute"]  # q kᵀ and the scores times v
+    return {**terms, "backward": terms["backward"] + attention / 2}
+
+
+def term_rows(measured: dict[str, int], formula: dict[str, float]) -> list[dict]:
+    """One row per term, measured beside the formula, and their relative gap (None where one side lacks it)."""
+    rows = []
+    for term in dict.fromkeys([*formula, *measured]):
+        m, f = measured.get(term), formula.get(term)
+        rows.append({"term": term, "measured": m, "formula": f,
+                     "gap": None if m is None or f is None else abs(m - f) / f})
+    return rows

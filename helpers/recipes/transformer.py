@@ -4,7 +4,7 @@
   returns its losses and its steps' seconds, rank 0 also the validation loss before and after and
   a sample of generated text.
 * ``profile_steps``: a few DDP steps under ``torch.profiler`` on every rank. Each rank writes one
-  Chrome/Perfetto trace, ``trace{rank}.json``, into ``out_dir``, and keeps the book's own
+  Chrome/Perfetto trace, ``trace{rank}.json.gz``, into ``out_dir``, and keeps the book's own
   ``Timeline`` of the same steps; each phase is also marked in the trace (``record_function``),
   so the two clocks can be held against each other.
 
@@ -27,7 +27,7 @@ from helpers.dist import distributed, report
 from helpers.training import Timeline, median
 
 PHASES = ("forward", "backward", "optimizer")  # one step of the GPT, as the Timeline and the trace mark it
-TRACE_NAME = "trace{rank}.json"
+TRACE_NAME = "trace{rank}.json.gz"  # gzipped (torch writes .gz when asked): Perfetto opens it as it is
 # kineto, the profiler's C++ side, logs to the process's stderr at its ERROR level and above: two
 # "USDT ... profiler_start/stop" markers per profile, and, where torch was built for CUDA but the
 # machine has no driver, "gpuGetDeviceCount failed with code 35" (cudaErrorInsufficientDriver) as it
@@ -106,7 +106,7 @@ def clock_offset(pairs: int = 5) -> float:
 def profile_steps(out_dir: str, config: str = "gpt-small", steps: int = 3, warmup: int = 2, batch: int = 8,
                   lr: float = 3e-3, seed: int = 0) -> dict:
     """``warmup`` DDP steps, then ``steps`` under ``torch.profiler`` on every rank; each rank writes
-    ``out_dir/trace{rank}.json`` and returns its Timeline of the same steps' phases."""
+    ``out_dir/trace{rank}.json.gz`` and returns its Timeline of the same steps' phases."""
     from torch.profiler import ProfilerActivity, profile, record_function
     with distributed(seed) as ctx:
         quiet_kineto(ctx.device)
