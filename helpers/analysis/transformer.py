@@ -33,12 +33,16 @@ LAYER = re.compile(r"^blocks\.(\d+)\.?(.*)$")
 
 
 def _attention_new(t: torch.Tensor, seq: int) -> str:
-    """A tensor the attention made itself: s x s scores (the math path), else a fused kernel's output,
-    which the out-projection reads (a view of it, where the kernel lays it out as (b, s, a, d)), or its
-    softmax statistics."""
+    """A tensor the attention made itself. A fused kernel keeps its output, which the out-projection
+    reads (a view of it, where the kernel lays it out as (b, s, a, d)), and its softmax statistics,
+    (b, a, s); the math path keeps s x s scores (and, with dropout, more of them)."""
     if t.dim() >= 2 and t.shape[-1] == t.shape[-2] == seq:
-        return "softmax output"
-    return "out-proj input" if t.dim() == 4 else "logsumexp"
+        return "softmax output" if t.dtype != torch.bool else "softmax dropout mask"
+    if t.dim() == 4:
+        return "out-proj input"
+    if t.dim() == 3 and t.shape[-1] == seq:
+        return "logsumexp"
+    return "attention, other"
 
 
 def _term(local: str, relation: str, t: torch.Tensor, seq: int) -> str:
