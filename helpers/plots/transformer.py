@@ -56,19 +56,3 @@ def rank_timelines(timelines: list[dict]):
               fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.1 / len(timelines)))
     ax.grid(axis="x", alpha=0.3)
     return finish(fig)
-
-
-def flops_bars(rows: dict[str, tuple[float, float]], title: str = "FLOPs of one training step"):
-    """Counted beside the formula, per part (GFLOP): {label: (counted, formula)}."""
-    labels = list(rows)
-    x = np.arange(len(labels))
-    fig, ax = plt.subplots(figsize=(6, 2.8))
-    ax.bar(x - 0.2, [rows[k][0] / 1e9 for k in labels], width=0.4, color=COLORS["measured"],
-           label="counted (FlopCounterMode)")
-    ax.bar(x + 0.2, [rows[k][1] / 1e9 for k in labels], width=0.4, color=COLORS["compute"], label="formula (theory)")
-    ax.set_xticks(x, labels, fontsize=8)
-    ax.set_ylabel("GFLOP")
-    ax.set_title(title, fontsize=9, loc="left")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
-    return finish(fig)
