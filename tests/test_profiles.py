@@ -295,7 +295,7 @@ def test_the_transformer_bill_says_what_ran_where(name, m):
     from helpers import devices
     from helpers.probes import transformer as probe
     said = sentences.transformer_bill(m)
-    device = devices.for_rank(m.backend(1), 0, m)
+    device = devices.for_rank(plans.job(m, 2).backend, 0, m)  # where the 2 ranks whose MFU it is ran
     measured_bf16 = torch.bfloat16 in probe.peak_dtypes(m, device)
     assert ("float32 only" not in said["tb_bf16"]) == measured_bf16, said["tb_bf16"]
     assert ("GPU" in said["tb_bf16"]) == (device.type == "cuda"), said["tb_bf16"]

@@ -5,7 +5,8 @@ start ``ts`` and a ``dur`` in microseconds on the wall clock (``baseTimeNanoseco
 each on a thread (``tid``). On one rank:
 
 * compute: the main thread inside an op (the union of its top-level ``cpu_op`` events);
-* ``gloo:all_reduce``: DDP's buckets reduced on gloo's own threads (``pt_gloo_runloop``);
+* all_reduce: DDP's buckets reduced on gloo's own threads (``pt_gloo_runloop``), or by NCCL's
+  kernels on a GPU stream;
 * idle: the main thread in no op at all, between the first phase's start and the last one's end:
   Python between ops, and waiting.
 """
@@ -16,7 +17,15 @@ import json
 from pathlib import Path
 
 PHASE_PREFIX = "phase:"
-ALL_REDUCE = "gloo:all_reduce"
+ALL_REDUCE = ("gloo:all_reduce", "nccl:all_reduce")  # the backends' own record_function names
+
+
+def _is_all_reduce(e: dict, main_tid: int) -> bool:
+    """An all-reduce off the main thread: on gloo's threads, or NCCL's kernel on a GPU stream (the
+    main thread only enqueues it there)."""
+    if e["tid"] == main_tid:
+        return False
+    return e["name"] in ALL_REDUCE or (e.get("cat") == "kernel" and "AllReduce" in e["name"])
 
 
 def load(path: str | Path) -> dict:
@@ -73,10 +82,10 @@ def rank_timeline(trace: dict, result: dict) -> dict:
     phases.sort(key=lambda p: p[1])
     start, end = phases[0][1], phases[-1][2]
     compute = merge([convert(e) for e in main if e.get("cat") == "cpu_op"])
-    reduce_ = sorted(convert(e) for e in events if e["name"] == ALL_REDUCE and e["tid"] != result["main_tid"])
+    reduced = [e for e in events if _is_all_reduce(e, result["main_tid"])]
     return {"rank": result["rank"], "phases": phases, "window": (start, end), "compute": compute,
-            "all_reduce": reduce_, "idle": gaps(compute, start, end),
-            "all_reduce_threads": sorted({e["tid"] for e in events if e["name"] == ALL_REDUCE})}
+            "all_reduce": sorted(convert(e) for e in reduced), "idle": gaps(compute, start, end),
+            "all_reduce_threads": sorted({e["tid"] for e in reduced})}
 
 
 def _total(intervals, start=float("-inf"), end=float("inf")) -> float:

@@ -27,12 +27,13 @@ def activation_terms(measured: dict[str, float], formula: dict[str, float], titl
 
 LANE_COLORS = {"compute": "darkslategray", "idle": "lightgray", "all_reduce": COLORS["all_reduce"]}
 LANES = (("compute", "main thread: in an op"), ("idle", "main thread: no op"),
-         ("all_reduce", "gloo's threads: gloo:all_reduce"))
+         ("all_reduce", "all_reduce, off the main thread"))
 
 
 def rank_timelines(timelines: list[dict]):
     """Per rank, three lanes over the profiled steps (``analysis.traces.rank_timeline``): the main
-    thread computing or idle, and gloo's threads reducing; the phases marked along the top lane.
+    thread computing or idle, and the all-reduces off it (gloo's threads, or NCCL's GPU stream); the
+    phases marked along the top lane.
     Times in ms from the earliest phase's start on any rank (the ranks share the host's clock)."""
     fig, ax = plt.subplots(figsize=(8.5, 0.9 + 1.1 * len(timelines)))
     t0 = min(t["window"][0] for t in timelines)
@@ -52,7 +53,7 @@ def rank_timelines(timelines: list[dict]):
     ax.set_title("Profiled DDP steps of the GPT, per rank", fontsize=9, loc="left")
     handles = [plt.Rectangle((0, 0), 1, 1, color=color(k)) for k in ("forward", "backward", "optimizer")]
     handles += [plt.Rectangle((0, 0), 1, 1, color=LANE_COLORS[k]) for k, _ in LANES]
-    ax.legend(handles, ["forward", "backward", "optimizer", "in an op", "no op", "gloo:all_reduce"],
+    ax.legend(handles, ["forward", "backward", "optimizer", "in an op", "no op", "all_reduce"],
               fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.1 / len(timelines)))
     ax.grid(axis="x", alpha=0.3)
     return finish(fig)

@@ -46,8 +46,10 @@ def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int 
     return 2 * n**3 / best
 
 
-def peaks(m: Machine, threads: int | None = None, n: int = 1024, repeats: int = 5) -> dict[str, float]:
-    """FLOP/s by dtype name ("float32", "bfloat16") on the device a one-rank job gets here."""
-    device = devices.of_process()
+def peaks(m: Machine, threads: int | None = None, n: int = 1024, repeats: int = 5,
+          device: torch.device | None = None) -> dict[str, float]:
+    """FLOP/s by dtype name ("float32", "bfloat16") on ``device``: the one the measured ranks ran on
+    (a machine with one GPU runs a 2-rank job on the CPU), by default what a one-rank job gets here."""
+    device = device or devices.of_process()
     return {str(dt).removeprefix("torch."): matmul_peak(dt, n, repeats, threads, device)
             for dt in peak_dtypes(m, device)}

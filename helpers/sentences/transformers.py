@@ -7,10 +7,11 @@ from .common import _runs
 
 
 def _bf16(m: Machine) -> str:
-    """Where 8.1's matmul peak is measured in bfloat16 as well as float32 (``probes.transformer.peak_dtypes``)."""
-    if plans.job(m, 1).backend == "nccl":
-        return (f"The peak is measured on this machine's GPU, a {m.gpus[0]}, in float32 and in bfloat16, "
-                "which its tensor cores run natively")
+    """Where 8.1's matmul peak is measured in bfloat16 as well as float32 (``probes.transformer.peak_dtypes``),
+    on the device the 2-rank training ran on: one GPU cannot hold two NCCL ranks, so there it is the CPU."""
+    if plans.job(m, 2).backend == "nccl":
+        return (f"The peak is measured on one of the GPUs the ranks ran on, a {m.gpus[0]}, in float32 and in "
+                "bfloat16, which its tensor cores run natively")
     if m.native_bf16:
         have = " and ".join(f for f in BF16_FLAGS if f in m.cpu_flags)
         return (f"This CPU reports {have}, instructions that multiply bfloat16 natively, so the peak is "
