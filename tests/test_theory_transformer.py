@@ -34,7 +34,8 @@ def test_eq2_gives_table_1s_parameter_counts(billions, heads, hidden, layers, _t
 def test_parameters_equal_the_gpts_own_count(cfg):
     model = gpt.GPT(cfg)
     counted = sum(p.numel() for p in model.parameters())  # a tied weight is one parameter, counted once
-    shape = Shape(cfg.layers, cfg.hidden, cfg.heads, cfg.seq, cfg.vocab, tied=cfg.tied)
+    shape = Shape.of(cfg)
+    assert shape == Shape(cfg.layers, cfg.hidden, cfg.heads, cfg.seq, cfg.vocab, tied=cfg.tied)
     assert tf.parameter_count(shape) == counted
     by_kind = tf.parameters(shape)
     assert by_kind["attention"] == sum(p.numel() for n, p in model.named_parameters() if ".attn." in n)

@@ -49,6 +49,11 @@ class Shape:
         if not isinstance(self.tied, bool) or not isinstance(self.gated, bool):
             raise ValueError(f"Shape.tied and gated must be True or False, got {self.tied!r}, {self.gated!r}")
 
+    @classmethod
+    def of(cls, config) -> "Shape":
+        """The shape of anything with helpers.gpt.GPTConfig's fields (layers, hidden, heads, seq, vocab, tied)."""
+        return cls(config.layers, config.hidden, config.heads, config.seq, config.vocab, config.tied)
+
     @property
     def kv(self) -> int:  # key/value heads: ``heads`` unless grouped-query attention
         return self.heads if self.kv_heads is None else self.kv_heads

@@ -113,7 +113,7 @@ class TransformerExplorer(shell.Explorer):
         return shell.Page(
             controls=[c["layers"] + c["hidden"] + c["heads"] + c["seq"],
                       c["micro_batch"] + c["vocab"] + c["bytes_per_value"],
-                      shell.select("stage", "stage", list(sharding.STAGES), v["stage"]) + c["dp"] + c["tp"]
+                      shell.select("stage", "ZeRO stage", list(sharding.STAGES), v["stage"]) + c["dp"] + c["tp"]
                       + shell.checkbox("sp", "sequence parallel", v["sp"]),
                       shell.select("recompute", "recomputation", list(tf.RECOMPUTE), v["recompute"])
                       + shell.select("attention", "attention", list(tf.ATTENTION), v["attention"])
