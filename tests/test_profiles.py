@@ -285,3 +285,25 @@ def test_the_sweep_reaches_the_bandwidth_bound_on_every_profile(name, m):
     said = sentences.communication(m)
     assert ("NCCL" in said["cm_ring_bound"]) == (backend == "nccl"), said
     assert ("GPU" in said["cm_copier"]) == (backend == "nccl"), said
+
+
+# --- Chapter 8.1: where the peak is measured in bfloat16, and what the profiler sees ------------
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_the_transformer_bill_says_what_ran_where(name, m):
+    import torch
+    from helpers import devices
+    from helpers.probes import transformer as probe
+    said = sentences.transformer_bill(m)
+    device = devices.for_rank(plans.job(m, 2).backend, 0, m)  # where the 2 ranks whose MFU it is ran
+    measured_bf16 = torch.bfloat16 in probe.peak_dtypes(m, device)
+    assert ("float32 only" not in said["tb_bf16"]) == measured_bf16, said["tb_bf16"]
+    assert ("GPU" in said["tb_bf16"]) == (device.type == "cuda"), said["tb_bf16"]
+    assert ("NCCL" in said["tb_profiled"]) == (plans.job(m, 2).backend == "nccl"), said["tb_profiled"]
+    flagged = Machine(cores=2, cpu_flags=frozenset({"amx_bf16"}))
+    assert "amx_bf16" in sentences.transformer_bill(flagged)["tb_bf16"]
+
+
+def test_the_attention_sentence_follows_the_kernel_that_ran():
+    assert "no s × s scores" in sentences.attention_kernel("ScaledDotProductFlashAttentionForCpu")
+    assert "materializes" in sentences.attention_kernel("none found")

@@ -1,0 +1,55 @@
+"""Chapter 8.1's probe in the notebook's own process: this machine's matmul peak, the denominator of MFU.
+
+A large square matmul is the fastest thing a device does with its arithmetic units: little memory
+traffic for each multiply-add. Its best rate over a few tries is the peak the GPT's step is
+measured against. On a CPU it runs with the threads one rank gets, so that the GPT's ranks and
+the peak are measured on the same cores.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from helpers import devices
+from helpers.machine import Machine
+
+
+def peak_dtypes(m: Machine, device: torch.device) -> list[torch.dtype]:
+    """float32 everywhere; bfloat16 too on a GPU, or on a CPU with bfloat16 instructions
+    (without them torch converts to float32 around each multiply, which measures nothing new)."""
+    return [torch.float32] + ([torch.bfloat16] if device.type == "cuda" or m.native_bf16 else [])
+
+
+def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int = 5, threads: int | None = None,
+                device: torch.device | None = None) -> float:
+    """The best FLOP/s of ``n x n @ n x n`` (2 n³ FLOPs) over ``repeats`` tries, after one warm-up."""
+    if n < 1 or repeats < 1:
+        raise ValueError(f"n and repeats must be at least 1, got {n} and {repeats}")
+    device = device or devices.of_process()
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        a, b = (torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2))
+        best = float("inf")
+        for i in range(repeats + 1):
+            devices.sync(device)
+            start = time.perf_counter()
+            a @ b
+            devices.sync(device)
+            if i:  # the first call warms the caches and the thread pool
+                best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+    return 2 * n**3 / best
+
+
+def peaks(m: Machine, threads: int | None = None, n: int = 1024, repeats: int = 5,
+          device: torch.device | None = None) -> dict[str, float]:
+    """FLOP/s by dtype name ("float32", "bfloat16") on ``device``: the one the measured ranks ran on
+    (a machine with one GPU runs a 2-rank job on the CPU), by default what a one-rank job gets here."""
+    device = device or devices.of_process()
+    return {str(dt).removeprefix("torch."): matmul_peak(dt, n, repeats, threads, device)
+            for dt in peak_dtypes(m, device)}

@@ -1,0 +1,43 @@
+"""Part 8, transformers at scale: what its chapters say about the machine they ran on."""
+from __future__ import annotations
+
+from .. import plans
+from ..machine import BF16_FLAGS, Machine
+from .common import _runs
+
+
+def _bf16(m: Machine) -> str:
+    """Where 8.1's matmul peak is measured in bfloat16 as well as float32 (``probes.transformer.peak_dtypes``),
+    on the device the 2-rank training ran on: one GPU cannot hold two NCCL ranks, so there it is the CPU."""
+    if plans.job(m, 2).backend == "nccl":
+        return (f"The peak is measured on one of the GPUs the ranks ran on, a {m.gpus[0]}, in float32 and in "
+                "bfloat16, which its tensor cores run natively")
+    if m.native_bf16:
+        have = " and ".join(f for f in BF16_FLAGS if f in m.cpu_flags)
+        return (f"This CPU reports {have}, instructions that multiply bfloat16 natively, so the peak is "
+                "measured in bfloat16 as well as float32")
+    return (f"This CPU reports neither {' nor '.join(BF16_FLAGS)}: torch would widen bfloat16 to float32 "
+            "around each multiply, so the peak is measured in float32 only")
+
+
+def _profiled(m: Machine) -> str:
+    """What the profiler sees of a 2-rank step here: CPU ops only, or CUDA kernels too."""
+    if plans.job(m, 2).backend == "nccl":
+        return ("Here the ranks ran on GPUs over NCCL: the traces hold each GPU's kernels beside the CPU's "
+                "ops, and the all-reduce runs on NCCL's stream, not on gloo's threads")
+    return ("Here the ranks ran on the CPU over gloo: the traces hold CPU ops only, and each all-reduce "
+            "runs on one of gloo's own threads, beside the rank's main thread")
+
+
+def transformer_bill(m: Machine) -> dict[str, str]:
+    """8.1: the GPT trained and profiled on 2 ranks; the matmul peak in the notebook's process."""
+    return {"tb_bf16": _bf16(m), "tb_profiled": _profiled(m), **_runs(m, "08_1_transformer_bill")}
+
+
+def attention_kernel(op: str, device: str = "cpu") -> str:
+    """8.1: which kernel ``F.scaled_dot_product_attention`` ran (an autograd node's name, measured)."""
+    if "Math" in op or op == "none found":
+        return (f"Here attention ran as {op} on the {device}: it materializes the s × s scores, so the "
+                "formula is configured with them")
+    return (f"Here `F.scaled_dot_product_attention` ran as `{op}` on the {device}: a fused kernel that keeps "
+            "no s × s scores, only its output and each row's softmax statistics (the logsumexp)")
