@@ -1,10 +1,9 @@
 """Sequence parallelism (chapter 8.2): chapter 6.3's tensor parallelism on part 8's GPT, with the
 LayerNorm and dropout regions split along the sequence (Korthikanti et al., 2022).
 
-Tensor parallelism leaves every rank holding the whole sequence outside the split Linears: the
-LayerNorms, the residual adds, the dropouts. Sequence parallelism splits those regions along
-the sequence, and swaps each of TP's all-reduces for the two halves of one: an all-gather
-(``gather_from_sp``) where a block starts, a reduce-scatter (``scatter_to_sp``) where it ends.
+Outside the split Linears (LayerNorms, residual adds, dropouts) TP leaves every rank the whole
+sequence. SP splits those regions along the sequence, and swaps each of TP's all-reduces for its
+two halves: an all-gather where a block starts, a reduce-scatter where it ends.
 
 * by hand (``sharded_forward``): 6.3's column and row slices of each block, entered and left
   by TP's f and g (``mode="tp"``) or by SP's gather and scatter (``mode="sp"``); with
@@ -54,15 +53,14 @@ def _scatter_seq(x: torch.Tensor) -> torch.Tensor:
 
 
 class _GatherFromSP(torch.autograd.Function):
-    """g: forward all-gathers the sequence; backward reduce-scatters the gradient (each rank's
-    split Linears gave a partial gradient for every position)."""
+    """g: forward all-gathers the sequence; backward reduce-scatters the gradient."""
 
     @staticmethod
     def forward(ctx, x):
         return _gather_seq(x)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # each rank's split Linears gave a partial gradient for every position
         return _scatter_seq(grad)
 
 
@@ -101,12 +99,7 @@ class _GatheredLinears(torch.autograd.Function):
         return (_scatter_seq(grad_x), *out)
 
 
-def gather_from_sp(x: torch.Tensor) -> torch.Tensor:
-    return _GatherFromSP.apply(x)
-
-
-def scatter_to_sp(x: torch.Tensor) -> torch.Tensor:
-    return _ScatterToSP.apply(x)
+gather_from_sp, scatter_to_sp = _GatherFromSP.apply, _ScatterToSP.apply
 
 
 def shard_gpt(model: gpt.GPT, rank: int, t: int) -> nn.ModuleList:
@@ -122,14 +115,14 @@ def shard_gpt(model: gpt.GPT, rank: int, t: int) -> nn.ModuleList:
 
 
 def _first_linears(x, linears, mode: str, keep: str):
-    """The block's entry (f under TP, g under SP) and its column-split Linears on what it gives."""
+    """The block's entry (f under TP, g under SP), then its column-split Linears."""
     if mode == "sp" and keep == "shard":
         return _GatheredLinears.apply(x, *(p for lin in linears for p in (lin.weight, lin.bias)))
     x = copy_to_tp(x) if mode == "tp" else gather_from_sp(x)
     return tuple(lin(x) for lin in linears)
 
 
-def _exit(partial: torch.Tensor, mode: str) -> torch.Tensor:
+def _exit(partial: torch.Tensor, mode: str) -> torch.Tensor:  # g under TP, g-bar under SP
     return reduce_from_tp(partial) if mode == "tp" else scatter_to_sp(partial)
 
 
@@ -141,8 +134,7 @@ def sharded_forward(model: gpt.GPT, parts: nn.ModuleList, idx: torch.Tensor, ran
         raise ValueError(f"mode must be one of {MODES} and keep 'whole' or 'shard', got {mode!r}, {keep!r}")
     if model.cfg.dropout:
         raise ValueError("the split GPT is checked with dropout = 0: each rank would draw its own masks")
-    s = idx.shape[1]
-    if s % t:
+    if (s := idx.shape[1]) % t:
         raise ValueError(f"a sequence of {s} tokens does not split evenly over {t} ranks")
     pos = torch.arange(s, device=idx.device)
     if mode == "sp":
@@ -169,11 +161,8 @@ def _block(block: gpt.Block, part: nn.ModuleDict, x: torch.Tensor, mode: str, ke
 def replicated(model: gpt.GPT) -> dict[str, nn.Parameter]:
     """The parameters every rank keeps whole: embeddings, norms, the row-split Linears' biases.
     Under SP each rank sees only its positions, so their gradients are partial sums."""
-    split = {f"blocks.{i}.{blk}.{n}.{p}" for i in range(len(model.blocks))
-             for blk, names in (("attn", ("wq", "wk", "wv")), ("mlp", ("fc",))) for n in names
-             for p in ("weight", "bias")}
-    split |= {f"blocks.{i}.{blk}.proj.weight" for i in range(len(model.blocks)) for blk in ("attn", "mlp")}
-    return {n: p for n, p in model.named_parameters() if n not in split}
+    split = (".wq.", ".wk.", ".wv.", ".fc.", ".proj.weight")  # shard_gpt's slices
+    return {n: p for n, p in model.named_parameters() if not (n.startswith("blocks.") and any(k in n for k in split))}
 
 
 def _whole_grads(model: gpt.GPT, parts: nn.ModuleList, t: int) -> dict[str, torch.Tensor]:
@@ -193,6 +182,12 @@ def _whole_grads(model: gpt.GPT, parts: nn.ModuleList, t: int) -> dict[str, torc
 def _cpu_grads(model: nn.Module) -> dict[str, torch.Tensor]:
     return {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().cpu()
             for n, p in model.named_parameters()}
+
+
+def _pending(model: nn.Module) -> list[str]:
+    """Parameters whose DTensor gradient is left a partial sum: its all-reduce waits for a reader."""
+    from torch.distributed.tensor import Partial
+    return [n for n, p in model.named_parameters() if any(isinstance(pl, Partial) for pl in p.grad.placements)]
 
 
 # --- With DTensor: torchtitan's plan for TP with sequence parallelism -------------------------
@@ -234,91 +229,90 @@ def apply_sp(model: gpt.GPT, tp_mesh) -> gpt.GPT:
 
 # --- The job: whole, TP and SP by hand, SP with DTensor; equal, counted, measured -------------
 
-def _step(forward, loss_of, params=()):
-    """Forward and backward with the collectives counted: (logits, loss, calls)."""
+def _step(forward, loss_of) -> dict:
+    """Forward and backward, the collectives counted."""
     with CommBytes() as comm:
         logits = forward()
         loss = loss_of(logits)
         loss.backward()
-    return logits, loss, comm.calls
+    return {"logits": logits.detach(), "loss": loss.detach(), "calls": comm.calls, "sync": []}
 
 
-def _saved_per_rank(model: nn.Module, parts, x: torch.Tensor, forward_blocks) -> int:
-    """Activation bytes autograd keeps for the blocks' backward (each storage once; weights not)."""
-    owner = nn.ModuleList([model, parts]) if parts is not None else model
-    x = x.detach().requires_grad_()
-    return sum(measure.saved_activation_bytes(owner, lambda: forward_blocks(x)).values())
+def _sync_replicated(model: gpt.GPT) -> list:
+    """Megatron's all-reduce of the gradients of the weights SP keeps whole (one flat message)."""
+    grads = [p.grad for p in replicated(model).values()]
+    with CommBytes() as sync:
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+    torch.nn.utils.vector_to_parameters(flat, grads)
+    return sync.calls
 
 
 def sp_equality(size: str = "gpt-tiny", batch: int = 2, seed: int = 0) -> dict:
     """The GPT four ways on t = world-size ranks: whole, TP and SP by hand (SP keeping the whole
-    gathered input, and only its shard), SP with DTensor. Each returns its logits, loss, whole
-    gradients and collectives; SP also the gradient all-reduce of its replicated parameters."""
+    gathered input, or only its shard), SP with DTensor. Each gives its logits, loss, whole
+    gradients and collectives; SP by hand also its replicated weights' gradient all-reduce; and
+    the activation bytes each keeps for the backward."""
     with distributed(seed) as ctx:
         t, rank, dev = ctx.world_size, ctx.rank, ctx.device
         cfg = gpt.CONFIGS[size] if isinstance(size, str) else size
         torch.manual_seed(seed)
         model = gpt.build(cfg).to(dev)
         state = {k: v.clone() for k, v in model.state_dict().items()}
-        g = torch.Generator().manual_seed(seed)
-        idx = torch.randint(cfg.vocab, (batch, cfg.seq + 1), generator=g).to(dev)
+        idx = torch.randint(cfg.vocab, (batch, cfg.seq + 1), generator=torch.Generator().manual_seed(seed)).to(dev)
         idx, targets = idx[:, :-1], idx[:, 1:]
-        s = cfg.seq
-        mine = slice(rank * s // t, (rank + 1) * s // t)
-        runs = {}
+        mine = slice(rank * cfg.seq // t, (rank + 1) * cfg.seq // t)
 
-        logits, loss, calls = _step(lambda: model(idx), lambda z: F.cross_entropy(z.flatten(0, 1), targets.flatten()))
-        runs["whole"] = {"logits": logits.detach().cpu(), "loss": float(loss), "calls": calls,
-                         "grads": _cpu_grads(model), "sync": []}
+        def loss_of(wanted, scale=1):
+            return lambda z: F.cross_entropy(z.flatten(0, 1), wanted.flatten()) / scale
+
+        runs = {"whole": _step(lambda: model(idx), loss_of(targets)) | {"grads": _cpu_grads(model)}}
         for name, mode, keep in (("TP", "tp", "whole"), ("SP", "sp", "whole"), ("SP, shard kept", "sp", "shard")):
             model.zero_grad(set_to_none=True)
             parts = shard_gpt(model, rank, t)
-            local_t = targets if mode == "tp" else targets[:, mine]
             # Under SP each rank's loss is the mean over its s/t positions: the whole mean is their mean.
-            scale = 1 if mode == "tp" else t
-            logits, loss, calls = _step(lambda: sharded_forward(model, parts, idx, rank, t, mode, keep),
-                                        lambda z: F.cross_entropy(z.flatten(0, 1), local_t.flatten()) / scale)
-            with CommBytes() as sync:
-                if mode == "sp":  # Megatron's all-reduce of the norms' (and the other whole weights') gradients
-                    flat = torch.cat([p.grad.flatten() for p in replicated(model).values()])
-                    dist.all_reduce(flat)
-                    torch.nn.utils.vector_to_parameters(flat, [p.grad for p in replicated(model).values()])
-            loss = loss.detach()
+            run = _step(lambda: sharded_forward(model, parts, idx, rank, t, mode, keep),
+                        loss_of(targets, 1) if mode == "tp" else loss_of(targets[:, mine], t))
             if mode == "sp":
-                dist.all_reduce(loss)
-                logits = _gather_seq(logits.detach())
-            runs[name] = {"logits": logits.detach().cpu(), "loss": float(loss), "calls": calls,
-                          "grads": _whole_grads(model, parts, t), "sync": sync.calls}
+                run["sync"] = _sync_replicated(model)
+                dist.all_reduce(run["loss"])
+                run["logits"] = _gather_seq(run["logits"])
+            runs[name] = run | {"grads": _whole_grads(model, parts, t)}
 
         from torch.distributed.tensor.parallel import loss_parallel
         lib = gpt.build(cfg).to(dev)
         lib.load_state_dict(state)
         apply_sp(lib, devices.mesh(dev, (t,), ("tp",))["tp"])
         with loss_parallel():
-            logits, loss, calls = _step(lambda: lib(idx), lambda z: F.cross_entropy(z.flatten(0, 1), targets.flatten()))
-        runs["SP, DTensor"] = {"logits": logits.full_tensor().detach().cpu(), "loss": float(loss.full_tensor()),
-                               "calls": calls, "grads": _cpu_grads(lib), "sync": []}
+            run = _step(lambda: lib(idx), loss_of(targets))
+        runs["SP, DTensor"] = run | {"logits": run["logits"].full_tensor(), "loss": run["loss"].full_tensor(),
+                                     "pending": _pending(lib), "grads": _cpu_grads(lib)}
+        for run in runs.values():
+            run["logits"], run["loss"] = run["logits"].cpu(), float(run["loss"])
         return {"rank": rank, "t": t, "config": cfg.to_dict(), "batch": batch, "runs": runs,
-                "activations": _activation_bytes(model, lib, idx, rank, t, dev)}
+                "activations": _activation_bytes(model, lib, batch, rank, t, dev)}
 
 
-def _activation_bytes(model: gpt.GPT, lib: gpt.GPT, idx, rank: int, t: int, dev) -> dict[str, int]:
-    """Bytes the L blocks keep for their backward on this rank, each way (no embedding, no head:
-    Korthikanti's per-layer count)."""
-    b, s, h = idx.shape[0], idx.shape[1], model.cfg.hidden
-    x = torch.randn(b, s, h, device=dev)
+def _saved(model: nn.Module, x: torch.Tensor, blocks) -> int:
+    """Activation bytes autograd keeps for the blocks' backward (each storage once; weights not)."""
+    x = x.detach().requires_grad_()
+    return sum(measure.saved_activation_bytes(model, lambda: blocks(x)).values())
+
+
+def _activation_bytes(model: gpt.GPT, lib: gpt.GPT, batch: int, rank: int, t: int, dev) -> dict[str, int]:
+    """Bytes the L blocks keep for their backward on this rank, each way (no embeddings, no head:
+    Korthikanti's count is per layer)."""
+    s, h = model.cfg.seq, model.cfg.hidden
+    x = torch.randn(batch, s, h, device=dev)
     mine = x[:, rank * s // t:(rank + 1) * s // t]
     parts = shard_gpt(model, rank, t)
+    both = nn.ModuleList([model, parts])
 
-    def blocks(mode, keep):
-        def run(z):
-            for block, part in zip(model.blocks, parts):
-                z = _block(block, part, z, mode, keep)
-            return z
-        return run
-    out = {"whole": _saved_per_rank(model, None, x, lambda z: [z := blk(z) for blk in model.blocks])}
-    out["TP"] = _saved_per_rank(model, parts, x, blocks("tp", "whole"))
-    out["SP"] = _saved_per_rank(model, parts, mine, blocks("sp", "whole"))
-    out["SP, shard kept"] = _saved_per_rank(model, parts, mine, blocks("sp", "shard"))
-    out["SP, DTensor"] = _saved_per_rank(lib, None, mine, lambda z: [z := blk(z) for blk in lib.blocks])
-    return out
+    def by_hand(mode, keep):
+        return lambda z: [z := _block(block, part, z, mode, keep) for block, part in zip(model.blocks, parts)]
+
+    def plain(m):
+        return lambda z: [z := block(z) for block in m.blocks]
+    return {"whole": _saved(model, x, plain(model)), "TP": _saved(both, x, by_hand("tp", "whole")),
+            "SP": _saved(both, mine, by_hand("sp", "whole")),
+            "SP, shard kept": _saved(both, mine, by_hand("sp", "shard")), "SP, DTensor": _saved(lib, mine, plain(lib))}
