@@ -111,3 +111,82 @@ def tp_ddp_break_even_tokens(n_params: float, layers: int, hidden: int, p: int) 
     """
     at_least("n_params", n_params), whole("layers", layers), whole("hidden", hidden), whole("p", p)
     return n_params / (hidden * (2 * BLOCKS_PER_LAYER * layers - 1)) if p > 1 else math.inf
+
+
+# --- Sequence parallelism (chapter 8.2): TP's all-reduces cut in two, the rest split by sequence ---
+
+def sp_collectives(blocks: int, batch: int, seq: int, hidden: int, value_bytes: int = 4,
+                   keep: str = "whole") -> dict[tuple[str, str], tuple[int, int]]:
+    """{(kind, phase): (calls, summed message bytes)} of ``blocks`` SP blocks, forward and backward.
+
+    Each block all-gathers the sequence where it starts and reduce-scatters where it ends, and
+    the backward does the reverse: TP's all-reduce of M = b s h values, cut into its two halves,
+    so the same bytes. Keeping only the shard of the first Linears' input (``keep="shard"``,
+    Megatron-LM) costs one more all-gather in the backward, to get the whole input back."""
+    one_of("keep", keep, ("whole", "shard"))
+    m = tp_message_bytes(batch, seq, hidden, value_bytes)
+    gathers = blocks * (2 if keep == "shard" else 1)
+    return {("all_gather", "forward"): (blocks, blocks * m), ("reduce_scatter", "forward"): (blocks, blocks * m),
+            ("all_gather", "backward"): (gathers, gathers * m), ("reduce_scatter", "backward"): (blocks, blocks * m)}
+
+
+def sp_replicated_params(vocab: int, seq: int, hidden: int, layers: int, tied: bool = True) -> int:
+    """Parameters SP keeps whole on every rank, whose gradients are partial sums (each rank saw
+    s/t positions) and so all-reduced once a step: the embeddings (and an untied head), the
+    2 layers + 1 LayerNorms, and the two row-split Linears' biases of each layer."""
+    for name, v in (("vocab", vocab), ("seq", seq), ("hidden", hidden), ("layers", layers)):
+        whole(name, v)
+    return vocab * hidden * (1 if tied else 2) + seq * hidden + 2 * hidden * (2 * layers + 1) + 2 * layers * hidden
+
+
+def sp_plan_collectives(layers: int, batch: int, seq: int, hidden: int, value_bytes: int = 4
+                        ) -> dict[tuple[str, str], tuple[int, int]]:
+    """The collectives of torchtitan's SP plan on the GPT (``recipes.sequence_parallel.sp_plan``):
+    the blocks' (``sp_collectives``), and at the ends: the token embedding's output reduce-scattered
+    (an all-gather back), the positions' s x h likewise, the head's input all-gathered (a
+    reduce-scatter back), and ``loss_parallel``'s three all-reduces of b x s values (the logits'
+    max, the sum of their exponentials, the target's logit)."""
+    out = dict(sp_collectives(BLOCKS_PER_LAYER * layers, batch, seq, hidden, value_bytes))
+    m, pos, rows = batch * seq * hidden * value_bytes, seq * hidden * value_bytes, batch * seq * value_bytes
+    for key, calls, extra in ((("reduce_scatter", "forward"), 2, m + pos), (("all_gather", "forward"), 1, m),
+                              (("all_gather", "backward"), 2, m + pos), (("reduce_scatter", "backward"), 1, m)):
+        out[key] = (out[key][0] + calls, out[key][1] + extra)
+    out[("all_reduce", "forward")] = (3, 3 * rows)
+    return out
+
+
+# Where a GPT layer's saved activations sit (in b x s x h values): whole on every TP rank (the
+# two LayerNorms' inputs, and the inputs of q/k/v and of the MLP's first Linear), or split by TP
+# (q, k, v, the attention's output, the MLP's 4h-wide input and output of GeLU).
+SAVED_WHOLE, SAVED_SPLIT = 4, 12
+
+
+def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int, t: int = 1, layout: str = "none",
+                           value_bytes: int = 4, dropout: bool = False, flash: bool = True,
+                           norm_stats: bool = True) -> float:
+    """Bytes one transformer layer saves for its backward on one rank (Korthikanti et al., 2022).
+
+    ``layout``: "none" (Eq. 1), "tp" (Eq. 2), "sp" (Eq. 4: everything split t ways, Megatron's
+    SP, which keeps only its shard of the first Linears' inputs) or "sp, whole kept" (SP that
+    keeps the gathered inputs whole, as DTensor's plan does: 2 b s h values more, less their share).
+    Korthikanti's own count is value_bytes=2, dropout=True (two 1-byte masks of b s h, and
+    the attention's), flash=False (the softmax's s x s matrix, 5 a s^2 b bytes with dropout) and
+    norm_stats=False. This chapter's GPT: float32, no dropout, CPU flash attention (saves each
+    query's log-sum-exp, b a s float32 values, instead of an s x s matrix), and the LayerNorms'
+    mean and 1/std (2 x 2 b s float32 values)."""
+    one_of("layout", layout, ("none", "tp", "sp", "sp, whole kept"))
+    for name, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads), ("t", t)):
+        whole(name, v)
+    sbh = seq * batch * hidden
+    kept = SAVED_WHOLE * sbh * value_bytes + (2 * sbh if dropout else 0) + (4 * batch * seq * 4 if norm_stats else 0)
+    if flash:
+        scores = batch * heads * seq * 4
+    else:  # softmax output; with dropout its mask (1 byte) and its output too
+        scores = heads * seq * seq * batch * (2 * value_bytes + 1 if dropout else value_bytes)
+    split = SAVED_SPLIT * sbh * value_bytes + scores
+    if layout == "none":
+        return kept + split
+    if layout == "tp":
+        return kept + split / t
+    extra = 2 * sbh * value_bytes * (1 - 1 / t) if layout == "sp, whole kept" else 0
+    return (kept + split) / t + extra
