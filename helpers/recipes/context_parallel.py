@@ -152,3 +152,33 @@ def ring_equality(batch: int = 2, heads: int = 4, seq: int = 64, head_dim: int =
                                       "computed": forward_work, "computed_backward": counter.computed - forward_work,
                                       "sent": dict(counter.sent)}
         return out
+
+
+def torch_ring(batch: int = 2, heads: int = 4, seq: int = 64, head_dim: int = 16, seed: int = 0) -> dict:
+    """The same check with torch's ``context_parallel`` (a GPU per rank: its ring wraps only SDPA's
+    CUDA kernels, ``probes.context_parallel``): q, k, v and the output's gradient are sharded in
+    place by its default load balancer, and the results unsharded back into sequence order."""
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with distributed(seed) as ctx:
+        if ctx.device.type != "cuda":
+            raise ValueError(f"torch's context_parallel needs a GPU per rank; this rank runs on {ctx.device}")
+        n, dev = ctx.world_size, ctx.device
+        mesh = devices.mesh(dev, (n,), ("cp",))
+        g = torch.Generator().manual_seed(seed)
+        q, k, v, dout = (torch.randn(batch, heads, seq, head_dim, generator=g).to(dev) for _ in range(4))
+        full = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*full, is_causal=True)
+        ref.backward(dout)
+        shards = [t.clone() for t in (q, k, v, dout)]
+        # float32: the memory-efficient kernel (flash attention takes 16-bit inputs only)
+        with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]), context_parallel(mesh, buffers=shards,
+                                                                             buffer_seq_dims=[2] * 4):
+            local = [t.detach().requires_grad_() for t in shards[:3]]
+            out = F.scaled_dot_product_attention(*local, is_causal=True)
+            out.backward(shards[3])
+        whole = context_parallel_unshard(mesh, [out.detach(), *(t.grad for t in local)], [2] * 4)
+        errors = {name: float((a - b).abs().max()) for name, a, b in
+                  zip(("out", "dq", "dk", "dv"), whole, (ref, *(t.grad for t in full)))}
+        return {"rank": ctx.rank, "n": n, "errors": errors, "local_positions": local[0].shape[2]}
