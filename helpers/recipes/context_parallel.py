@@ -37,8 +37,9 @@ def _pass_on(tensors: list[torch.Tensor], counter: RingCounter, phase: str) -> t
     """Start sending ``tensors`` to the next rank and receiving the previous rank's: (new, requests)."""
     rank, n = dist.get_rank(), dist.get_world_size()
     new = [torch.empty_like(t) for t in tensors]
-    reqs = [dist.isend(t.contiguous(), (rank + 1) % n) for t in tensors]
-    reqs += [dist.irecv(t, (rank - 1) % n) for t in new]
+    # One batch: NCCL posts the sends and receives together, so no rank waits on its neighbour's send.
+    ops = [dist.P2POp(dist.isend, t.contiguous(), (rank + 1) % n) for t in tensors]
+    reqs = dist.batch_isend_irecv(ops + [dist.P2POp(dist.irecv, t, (rank - 1) % n) for t in new])
     counter.sent[phase] += sum(t.numel() * t.element_size() for t in tensors)
     return new, reqs
 
