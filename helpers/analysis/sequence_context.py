@@ -51,7 +51,7 @@ def sp_collective_rows(rank_result: dict) -> list[dict]:
     for name, run in rank_result["runs"].items():
         measured, predicted = collective_summary(run["calls"]), predicted_collectives(rank_result, name)
         rows.append({"name": name, "measured": measured, "predicted": predicted, "sent": sent(measured, t),
-                     "sent_formula": sent(predicted, t), "sync": collective_summary(run["sync"]),
+                     "sent_formula": sent(predicted, t), "sync": (len(run["sync"]), sum(m for *_, m in run["sync"])),
                      "calls": sum(c for c, _ in measured.values())})
     return rows
 

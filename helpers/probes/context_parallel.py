@@ -48,3 +48,11 @@ def torch_cp_facts(device: torch.device | None = None) -> dict:
     return {"handled": handled, "here": here, "device": str(device), "runs_here": here in handled,
             "load_balancer": type(balancer).__name__, "rotate": _attention._cp_options.rotate_method.name,
             "source": _attention.__file__.split("site-packages/")[-1]}
+
+
+def sdpa_handler_source() -> str:
+    """``_sdpa_handler``'s source from this torch, under its file's name: the evidence itself."""
+    import inspect
+    from torch.distributed.tensor.experimental._context_parallel import _attention
+    path = _attention.__file__.split("site-packages/")[-1]
+    return f"# {path}\n" + inspect.getsource(_attention._sdpa_handler)
