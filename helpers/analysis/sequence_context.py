@@ -88,3 +88,12 @@ def balance(rows: list[dict], layout: str) -> float:
     if not work:
         raise ValueError(f"no rank ran the {layout!r} layout")
     return max(work) * len(work) / sum(work)
+
+
+def sp_table_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """``sp_collective_rows`` as text: each version's collectives by phase, and its bytes, kB = 1000."""
+    def calls(c, phase):
+        return ", ".join(f"{n} {kind}" for (kind, ph), (n, _) in sorted(c.items()) if ph == phase) or "-"
+    header = ["version", "forward", "backward", "sent by one rank (kB)", "formula (kB)"]
+    return header, [[r["name"], calls(r["measured"], "forward"), calls(r["measured"], "backward"),
+                     f"{r['sent'] / 1e3:.1f}", f"{r['sent_formula'] / 1e3:.1f}"] for r in rows]
