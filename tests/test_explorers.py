@@ -2,7 +2,7 @@
 
 ``helpers/widgets/theory.js`` mirrors the formulas the explorers need (Amdahl and
 Gustafson, strategy_memory and advise's search with its verdict, diagnose with its advice
-and card). Run over grids of inputs, it must give what helpers.theory and helpers.widgets
+and card, predict_step, theory.transformer's bill). Run over grids of inputs, it must give what helpers.theory and helpers.widgets
 give: the same strategy, pp, dp and bytes, the same step, speedup, bound and advice, the
 same sentences. Then each explorer's own script runs on a fake page (tests/fake_dom.js):
 every control must change the readout.
@@ -129,6 +129,73 @@ def test_a_changed_formula_is_caught():
     assert node("([p, a]) => theory.amdahl(p, a)", cases, wrong) != [float(theory.amdahl(p, a)) for p, a in cases]
 
 
+# theory.transformer's shapes: 8.1's GPTs, an untied odd one, GPT-3 6.7B, 175B (Korthikanti's), the 1T of
+# Narayanan's Table 1, and a grouped-query gated one (parameters and FLOPs only).
+SHAPES = [dict(layers=2, hidden=64, heads=4, seq=64, vocab=256), dict(layers=4, hidden=128, heads=4, seq=128, vocab=256),
+          dict(layers=3, hidden=48, heads=6, seq=33, vocab=97, tied=False),
+          dict(layers=32, hidden=4096, heads=32, seq=2048, vocab=50304),
+          dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200),
+          dict(layers=128, hidden=25600, heads=160, seq=2048, vocab=51200)]
+GQA = dict(layers=2, hidden=64, heads=8, seq=16, vocab=100, kv_heads=2, mlp_hidden=96, gated=True)
+
+
+def test_transformer_parameters_flops_and_states():
+    from helpers.theory import transformer as tf
+    cases = [[sh, tp, b, r] for sh in SHAPES + [GQA] for tp in (1, 2, 8) for b in (1, 8) for r in tf.RECOMPUTE
+             if sh["heads"] % tp == 0 and sh["hidden"] % tp == 0]
+    js = node("([sh, tp, b, r]) => [theory.parameters(sh), theory.parametersPerRank(sh, tp), "
+              "theory.flopsTerms(sh, b, r), theory.flopsPerToken(sh, r)]", cases)
+    for (sh, tp, b, r), got in zip(cases, js):
+        shape = tf.Shape(**sh)
+        assert got[:2] == [tf.parameters(shape), tf.parameters_per_rank(shape, tp)], (sh, tp)
+        assert got[2] == pytest.approx(tf.flops_terms(shape, b, r), rel=1e-15), (sh, b, r)  # 2^53 < some products
+        assert got[3] == pytest.approx(tf.flops_per_token(shape, r), rel=1e-15)
+    assert [c[0] for c in cases if c[1] == 8 and c[0]["layers"] == 96]  # the grid reaches TP 8 on GPT-3
+    states = [[n, st, dp, mixed, acc] for n in (1000, 6.66e9, 3.33e9 + 0.5) for st in theory.STAGES
+              for dp in (1, 4, 1024) for mixed in (True, False) for acc in (True, False)]
+    js = node("(a) => theory.modelStates(...a)", states)
+    assert js == [tf.model_states(n, st, dp, mixed, acc) for n, st, dp, mixed, acc in states]
+
+
+def test_transformer_activations():
+    from helpers.theory import transformer as tf
+    grid = itertools.product(SHAPES, (1, 4), (1, 2, 8), (False, True), tf.RECOMPUTE, (2, 4), (False, True),
+                             tf.ATTENTION, (False, True), (1, 2))
+    cases = [list(c) for c in grid if c[0]["heads"] % c[2] == 0]
+    js = node("([sh, b, tp, sp, r, v, d, a, ns, m]) => { const o = {tp, sp, recompute: r, bytesPerValue: v, "
+              "dropout: d, attention: a, normStats: ns, maskBytes: m}; return [theory.activationTerms(sh, b, o), "
+              "theory.outsideLayersTerms(sh, b, o), theory.modelActivationBytes(sh, b, o)]; }", cases)
+    for (sh, b, tp, sp, r, v, d, a, ns, m), (terms, outside, total) in zip(cases, js):
+        shape, o = tf.Shape(**sh), dict(tp=tp, sp=sp, bytes_per_value=v, dropout=d)
+        want = tf.activation_terms(shape, b, recompute=r, attention=a, norm_stats=ns, mask_bytes=m, **o)
+        assert list(terms.items()) == list(want.items()), (sh, b, tp, sp, r, v, d, a, ns, m)
+        assert list(outside.items()) == list(tf.outside_layers_terms(shape, b, mask_bytes=m, **o).items())
+        assert total == tf.model_activation_bytes(shape, b, recompute=r, attention=a, norm_stats=ns,
+                                                  mask_bytes=m, **o)
+
+
+def test_the_transformer_readout_and_its_refusals():
+    from helpers.widgets.transformer import TRANSFORMER_DEFAULTS, readout_html
+    script = shell.script("shell.js") + shell.script("transformer.js").replace("function draw", "function _unused_draw")
+    settings = [{**TRANSFORMER_DEFAULTS, **sh, "micro_batch": b, "bytes_per_value": v, "stage": st, "dp": dp,
+                 "tp": tp, "sp": sp, "recompute": r, "attention": a, "dropout": d, "fp32_grad_accum": acc}
+                for sh in SHAPES[1:] for b in (1, 8) for v in (2, 4) for st in ("DDP", "ZeRO-3") for dp in (1, 8)
+                for tp in (1, 2) for sp in (False, True) for r in ("none", "full") for a in ("materialized", "flash")
+                for d, acc in ((True, False), (False, True)) if sh["heads"] % tp == 0]
+    for s in settings:
+        s.pop("tied", None)
+    got = node(script + "\nv => readout(v)", settings)
+    assert got == [readout_html(s) for s in settings]
+    verdicts = {g.rsplit(": ", 1)[1] for g in got}
+    assert verdicts == {"fits in 80 GB", "fits in 141 GB, not in 80 GB", "does not fit in 141 GB"}
+    # a setting theory refuses is refused with theory's words
+    bad = [{**TRANSFORMER_DEFAULTS, "heads": 48}, {**TRANSFORMER_DEFAULTS, "heads": 2, "tp": 4}]
+    for s, out in zip(bad, node(script + "\nv => readout(v)", bad)):
+        with pytest.raises(ValueError) as refused:
+            widgets.transformer_explorer(**s)
+        assert out == {"error": str(refused.value)}
+
+
 # --- the explorers' pages --------------------------------------------------------------------
 
 class Elements(HTMLParser):
@@ -196,6 +263,11 @@ EXPLORERS = {
                   "seconds_per_byte": "range", "step_latency": "range", "p": "range", "overlap": "checkbox"}),
     "prediction": (lambda: widgets.PredictionExplorer(MACHINES, 2_917_386, 4096, p=2),
                    {"n_params": "range", "global_batch": "range", "p": "range"}),
+    "transformer": (lambda: widgets.transformer_explorer(),
+                    {"layers": "range", "hidden": "range", "heads": "range", "seq": "range", "micro_batch": "range",
+                     "vocab": "range", "bytes_per_value": "range", "stage": "select", "dp": "range", "tp": "range",
+                     "sp": "checkbox", "recompute": "select", "attention": "select", "dropout": "checkbox",
+                     "fp32_grad_accum": "checkbox"}),
 }
 
 

@@ -11,3 +11,5 @@ from .fit import (FIT_DEFAULTS, GIB, GPT3_MODELS, FitExplorer, fit_advice, fit_c
 from .slow_run import SlowRunExplorer, diagnosis_html, slow_run_explorer  # noqa: F401
 from . import prediction  # noqa: F401
 from .prediction import PredictionExplorer, prediction_explorer  # noqa: F401
+from . import transformer  # noqa: F401
+from .transformer import TransformerExplorer, transformer_explorer  # noqa: F401

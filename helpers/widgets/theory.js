@@ -1,8 +1,8 @@
 // helpers.theory's formulas that the explorers need, mirrored line for line, for the browser.
 // tests/test_explorers.py runs these under node over a grid of inputs and asserts they equal
 // helpers.theory's results and helpers.widgets' sentences. Change both sides together.
-// What the JS does not port (the transformer's parameter and activation counts), Python
-// computes and hands over as data.
+// What the JS does not port (chapter 2's transformer counts, for the fit explorer), Python
+// computes and hands over as data; theory.transformer (8.1) is ported at the end.
 const theory = (function () {
   // --- Python's format specs, exactly: f"{x:.2f}", f"{x:,.1f}", f"{x:g}" --------------------
 
@@ -207,3 +207,102 @@ const theory = (function () {
   return {ddpBuckets, fixed, g, amdahl, gustafson, strategyMemory, advise, verdict, GIB, ringAllreduceTime, ddpStepTime,
           diagnose, diagnosisHtml, lineAt, bucketExposed, predictStep, computePhases};
 })();
+
+// --- theory.transformer (chapter 8.1): a GPT's parameters, FLOPs, states and activations --------
+// A shape is {layers, hidden, heads, seq, vocab, tied, kv_heads, mlp_hidden, gated} (the last four
+// optional, as Python's Shape); every sum in Python's order, so the doubles come out equal.
+Object.assign(theory, (function () {
+  const RECOMPUTE = ["none", "selective", "full"];
+  const SHARDED = {"DDP": [], "ZeRO-1": ["optimizer states"], "ZeRO-2": ["optimizer states", "gradients"],
+                   "ZeRO-3": ["optimizer states", "gradients", "parameters"]};
+  const total = obj => Object.values(obj).reduce((s, v) => s + v, 0);
+
+  function checkShape(sh) {
+    if (sh.hidden % sh.heads) throw new Error(`Shape.hidden (${sh.hidden}) must divide into heads (${sh.heads}) evenly`);
+  }
+  function checkTp(sh, tp) {
+    if (sh.heads % tp || sh.hidden % tp) {
+      throw new Error(`tp (${tp}) must divide the heads (${sh.heads}) and hidden (${sh.hidden})`);
+    }
+  }
+  function layerWeights(sh) {
+    const h = sh.hidden, kvd = (sh.kv_heads || sh.heads) * Math.floor(sh.hidden / sh.heads);
+    const f = sh.mlp_hidden || 4 * sh.hidden, mats = sh.gated ? 3 : 2;
+    return [2 * h * h + 2 * h * kvd, 2 * h + 2 * kvd, mats * h * f, (mats - 1) * f + h];
+  }
+  function parameters(sh) {
+    checkShape(sh);
+    const [aw, ab, mw, mb] = layerWeights(sh), l = sh.layers, h = sh.hidden;
+    const out = {"attention": l * (aw + ab), "MLP": l * (mw + mb), "LayerNorms": l * 4 * h,
+                 "embeddings": (sh.vocab + sh.seq) * h, "final LayerNorm": 2 * h};
+    if (sh.tied === false) out["head"] = sh.vocab * h;
+    return out;
+  }
+  function parametersPerRank(sh, tp = 1) {
+    checkShape(sh); checkTp(sh, tp);
+    const [aw, ab, mw, mb] = layerWeights(sh), h = sh.hidden;
+    const split = sh.layers * (aw + ab - h + mw + mb - h) + sh.vocab * h * (sh.tied === false ? 2 : 1);
+    const kept = sh.layers * (2 * h + 4 * h) + sh.seq * h + 2 * h;
+    return split / tp + kept;
+  }
+  function flopsTerms(sh, batch, recompute = "none") {
+    checkShape(sh);
+    const [aw, , mw] = layerWeights(sh), b = batch, s = sh.seq, h = sh.hidden, l = sh.layers;
+    const linears = 2 * b * s * (aw + mw) * l, attention = 4 * b * s * s * h * l, head = 2 * b * s * h * sh.vocab;
+    const forward = linears + attention + head;
+    const extra = {"none": 0, "selective": attention, "full": linears + attention}[recompute];
+    return {forward, backward: 2 * forward, recompute: extra};
+  }
+  function flopsPerToken(sh, recompute = "none") { return total(flopsTerms(sh, 1, recompute)) / sh.seq; }
+  function sixN(n) { return 6.0 * n; }
+
+  // model_states(n, stage, dp, mixed, fp32_grad_accum) with Adam, no step counters (n_tensors = 0).
+  function modelStates(n, stage, dp, mixed = true, fp32GradAccum = false) {
+    const states = mixed ? {"parameters": 2 * n, "gradients": 2 * n, "optimizer states": (4 + 4 * 2) * n}
+      : {"parameters": 4 * n, "gradients": 4 * n, "optimizer states": 4 * 2 * n};
+    const out = {};
+    for (const [kind, b] of Object.entries(states)) out[kind] = SHARDED[stage].includes(kind) ? b / dp : b;
+    if (fp32GradAccum) out["fp32 gradients"] = 4.0 * n / (SHARDED[stage].includes("gradients") ? dp : 1);
+    return out;
+  }
+
+  // activation_terms(shape, b, tp, sp, recompute, bytes_per_value, dropout, attention, norm_stats, mask_bytes)
+  function activationTerms(sh, b, o = {}) {
+    const {tp = 1, sp = false, recompute = "none", bytesPerValue: v = 2, dropout = true,
+           attention = "materialized", normStats = false, maskBytes = 1} = o;
+    checkShape(sh); checkTp(sh, tp);
+    const t = tp, sbh = sh.seq * b * sh.hidden, ass = sh.heads * sh.seq ** 2 * b, outside = sp ? t : 1;
+    if (recompute === "full") return {"layer input": v * sbh / outside};
+    const terms = {"LayerNorm inputs": 2 * v * sbh / outside, "QKV input": v * sbh / outside,
+                   "Q and K": 2 * v * sbh / t, "V": v * sbh / t};
+    if (attention === "materialized" && recompute === "none") {
+      terms["softmax output"] = v * ass / t;
+      if (dropout) {
+        terms["softmax dropout mask"] = maskBytes * ass / t;
+        terms["attention dropout output"] = v * ass / t;
+      }
+    }
+    if (attention === "flash") terms["logsumexp"] = 4 * sh.heads * sh.seq * b / t;
+    terms["out-proj input"] = v * sbh / t;
+    if (dropout) terms["attention dropout mask"] = maskBytes * sbh / outside;
+    Object.assign(terms, {"MLP input": v * sbh / outside, "GeLU input": 4 * v * sbh / t, "GeLU output": 4 * v * sbh / t});
+    if (dropout) terms["MLP dropout mask"] = maskBytes * sbh / outside;
+    if (normStats) terms["LayerNorm statistics"] = 4 * v * sh.seq * b / outside;
+    return terms;
+  }
+  function outsideLayersTerms(sh, b, o = {}) {
+    const {tp = 1, sp = false, bytesPerValue: v = 2, dropout = true, maskBytes = 1} = o;
+    checkShape(sh); checkTp(sh, tp);
+    const t = tp, outside = sp ? t : 1, sbh = sh.seq * b * sh.hidden;
+    const terms = dropout ? {"embedding dropout mask": maskBytes * sbh / outside} : {};
+    Object.assign(terms, {"final LayerNorm input": v * sbh / outside, "head input": v * sbh / outside,
+                          "cross-entropy log-probabilities": 4 * sh.seq * b * sh.vocab / t});
+    return terms;
+  }
+  function modelActivationBytes(sh, b, o = {}) {
+    return sh.layers * total(activationTerms(sh, b, o)) + total(outsideLayersTerms(sh, b, o));
+  }
+
+  return {RECOMPUTE, parameters, parameterCount: sh => total(parameters(sh)), parametersPerRank, flopsTerms,
+          flopsPerToken, sixN, modelStates, activationTerms, outsideLayersTerms, modelActivationBytes};
+})());
