@@ -52,31 +52,23 @@ def test_the_plans_collectives_are_the_blocks_and_the_ends():
     assert plan[("all_reduce", "forward")] == (3, 3 * rows)
 
 
-def test_korthikantis_equations_1_2_4():
-    """Korthikanti et al. (2022), Eq. 1, 2 and 4, on Table 3's GPT-3 175B inputs: a = 96,
-    h = 12288, s = 2048, t = 8. By hand, 5as/h = 5 x 96 x 2048 / 12288 = 80, so one layer keeps
-    sbh (34 + 80) bytes unsplit, sbh (10 + 24/8 + 80/8) under TP and sbh (34 + 80) / 8 under SP."""
-    s, b, h, a, t = 2048, 1, 12288, 96, 8
-    paper = {"value_bytes": 2, "dropout": True, "flash": False, "norm_stats": False}
-    sbh = s * b * h
-    assert 5 * a * s / h == 80
-    assert theory.layer_activation_bytes(s, b, h, a, **paper) == sbh * (34 + 80)
-    assert theory.layer_activation_bytes(s, b, h, a, t, "tp", **paper) == pytest.approx(sbh * (10 + 24 / t + 80 / t))
-    assert theory.layer_activation_bytes(s, b, h, a, t, "sp", **paper) == pytest.approx(sbh * (34 + 80) / t)
-    assert theory.tensor_parallel.SAVED_WHOLE * 2 + 2 == 10 and theory.tensor_parallel.SAVED_SPLIT * 2 == 24
-
-
-def test_this_gpts_saved_bytes_by_hand():
-    # float32, no dropout, flash: 16 sbh values, LayerNorm's 4 bs statistics, the lse's b a s
+def test_sp_keeps_eq_4_with_its_shard_and_the_gathered_inputs_whole_without():
+    # gpt-tiny at batch 2, float32, no dropout, flash: 16 sbh values, LayerNorm's 4 bs statistics,
+    # the logsumexp's b a s. Whole: one layer keeps 528384 bytes; Eq. 4 splits all of it over t.
+    shape = theory.transformer.Shape.of(TINY)
     s, b, h, a = 64, 2, 64, 4
     whole = 4 * (16 * s * b * h + 4 * b * s + b * a * s)
-    assert theory.layer_activation_bytes(s, b, h, a) == whole == 528384
-    assert theory.layer_activation_bytes(s, b, h, a, 2, "sp") == whole / 2
-    assert theory.layer_activation_bytes(s, b, h, a, 2, "tp") == 4 * (4 * s * b * h + 4 * b * s) + (whole - 4 * (
-        4 * s * b * h + 4 * b * s)) / 2
-    assert theory.layer_activation_bytes(s, b, h, a, 2, "sp, whole kept") == whole / 2 + 2 * s * b * h * 4 / 2
-    with pytest.raises(ValueError, match="layout must be one of"):
-        theory.layer_activation_bytes(s, b, h, a, 2, "cp")
+    assert analysis.layer_formula("whole", shape, 2, 1) == whole == 528384
+    for t in (2, 4):
+        assert theory.sp_activation_bytes(shape, 2, t, **analysis.GPT_ACTIVATIONS) == whole / t
+        # the QKV and MLP inputs gathered and kept: 2 sbh values each rank keeps whole instead of 1/t
+        kept = theory.sp_activation_bytes(shape, 2, t, "whole", **analysis.GPT_ACTIVATIONS)
+        assert kept == whole / t + 2 * s * b * h * 4 * (1 - 1 / t)
+    # Korthikanti's own count (2-byte values, dropout, the s x s softmax): Eq. 4 is Eq. 1 over t
+    eq1 = theory.transformer.activation_bytes(shape, 2)
+    assert theory.sp_activation_bytes(shape, 2, 4) == pytest.approx(eq1 / 4)
+    with pytest.raises(ValueError, match="keep must be one of"):
+        theory.sp_activation_bytes(shape, 2, 2, "half")
 
 
 # --- the pieces, in one process ----------------------------------------------------------------

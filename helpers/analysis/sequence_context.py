@@ -7,7 +7,9 @@ from .. import theory
 from .tensor_parallel import collective_summary
 
 BY_HAND = {"TP": ("tp", "whole"), "SP": ("sp", "whole"), "SP, shard kept": ("sp", "shard")}
-LAYOUTS = {"whole": "none", "TP": "tp", "SP": "sp, whole kept", "SP, shard kept": "sp", "SP, DTensor": "sp, whole kept"}
+# helpers.gpt's GPT as the chapter runs it: float32, no dropout, the CPU's flash attention, and the
+# LayerNorms' statistics, which Korthikanti's count leaves out (theory.transformer.activation_terms).
+GPT_ACTIVATIONS = {"bytes_per_value": 4, "dropout": False, "attention": "flash", "norm_stats": True}
 
 
 def sp_gaps(rank_result: dict) -> dict[str, dict[str, float]]:
@@ -56,13 +58,24 @@ def sp_collective_rows(rank_result: dict) -> list[dict]:
     return rows
 
 
+def layer_formula(name: str, shape, batch: int, t: int) -> float:
+    """Korthikanti's count of one layer's saved bytes on one rank for each version: Eq. 1 (whole),
+    Eq. 2 (TP), Eq. 4 (SP keeping its shard), and SP keeping the gathered inputs."""
+    if name == "whole":
+        return theory.transformer.activation_bytes(shape, batch, **GPT_ACTIVATIONS)
+    if name == "TP":
+        return theory.transformer.activation_bytes(shape, batch, tp=t, **GPT_ACTIVATIONS)
+    keep = "shard" if name == "SP, shard kept" else "whole"
+    return theory.sp_activation_bytes(shape, batch, t, keep, **GPT_ACTIVATIONS)
+
+
 def activation_rows(rank_result: dict) -> list[dict]:
-    """Bytes the GPT's L layers kept for backward on one rank, each way, beside Korthikanti's
-    count for this GPT (``theory.layer_activation_bytes`` times L)."""
+    """Bytes the GPT's L layers kept for backward on one rank, each way, beside L times
+    ``layer_formula``."""
     cfg, t = rank_result["config"], rank_result["t"]
+    shape = theory.transformer.Shape(cfg["layers"], cfg["hidden"], cfg["heads"], cfg["seq"], cfg["vocab"], cfg["tied"])
     return [{"name": name, "measured": measured,
-             "formula": cfg["layers"] * theory.layer_activation_bytes(
-                 cfg["seq"], rank_result["batch"], cfg["hidden"], cfg["heads"], t, LAYOUTS[name])}
+             "formula": cfg["layers"] * layer_formula(name, shape, rank_result["batch"], t)}
             for name, measured in rank_result["activations"].items()]
 
 

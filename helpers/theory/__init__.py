@@ -32,7 +32,7 @@ from .context_parallel import (  # noqa: F401
 from .tensor_parallel import (  # noqa: F401
     STRATEGIES, megatron_allreduces, tp_message_bytes, local_params, state_bytes, step_collectives,
     sent_bytes, tp_ddp_break_even_tokens, sp_collectives, sp_replicated_params, sp_plan_collectives,
-    layer_activation_bytes,
+    sp_activation_bytes,
 )
 from .sharding import (  # noqa: F401
     STAGES, SHARDED, COLLECTIVES, GLOO_RUNS, sharded_state_bytes, bytes_sent, step_traffic,

@@ -155,38 +155,16 @@ def sp_plan_collectives(layers: int, batch: int, seq: int, hidden: int, value_by
     return out
 
 
-# Where a GPT layer's saved activations sit (in b x s x h values): whole on every TP rank (the
-# two LayerNorms' inputs, and the inputs of q/k/v and of the MLP's first Linear), or split by TP
-# (q, k, v, the attention's output, the MLP's 4h-wide input and output of GeLU).
-SAVED_WHOLE, SAVED_SPLIT = 4, 12
-
-
-def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int, t: int = 1, layout: str = "none",
-                           value_bytes: int = 4, dropout: bool = False, flash: bool = True,
-                           norm_stats: bool = True) -> float:
-    """Bytes one transformer layer saves for its backward on one rank (Korthikanti et al., 2022).
-
-    ``layout``: "none" (Eq. 1), "tp" (Eq. 2), "sp" (Eq. 4: everything split t ways, Megatron's
-    SP, which keeps only its shard of the first Linears' inputs) or "sp, whole kept" (SP that
-    keeps the gathered inputs whole, as DTensor's plan does: 2 b s h values more, less their share).
-    Korthikanti's own count is value_bytes=2, dropout=True (two 1-byte masks of b s h, and
-    the attention's), flash=False (the softmax's s x s matrix, 5 a s^2 b bytes with dropout) and
-    norm_stats=False. This chapter's GPT: float32, no dropout, CPU flash attention (saves each
-    query's log-sum-exp, b a s float32 values, instead of an s x s matrix), and the LayerNorms'
-    mean and 1/std (2 x 2 b s float32 values)."""
-    one_of("layout", layout, ("none", "tp", "sp", "sp, whole kept"))
-    for name, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads), ("t", t)):
-        whole(name, v)
-    sbh = seq * batch * hidden
-    kept = SAVED_WHOLE * sbh * value_bytes + (2 * sbh if dropout else 0) + (4 * batch * seq * 4 if norm_stats else 0)
-    if flash:
-        scores = batch * heads * seq * 4
-    else:  # softmax output; with dropout its mask (1 byte) and its output too
-        scores = heads * seq * seq * batch * (2 * value_bytes + 1 if dropout else value_bytes)
-    split = SAVED_SPLIT * sbh * value_bytes + scores
-    if layout == "none":
-        return kept + split
-    if layout == "tp":
-        return kept + split / t
-    extra = 2 * sbh * value_bytes * (1 - 1 / t) if layout == "sp, whole kept" else 0
-    return (kept + split) / t + extra
+def sp_activation_bytes(shape, micro_batch: int, tp: int, keep: str = "shard", **options) -> float:
+    """One layer's saved bytes on one of ``tp`` SP ranks: ``theory.transformer.activation_bytes``
+    with ``sp=True`` (Korthikanti's Eq. 4) when the first Linears keep only their shard of the
+    input (Megatron-LM, ``keep="shard"``); with ``keep="whole"`` (the plain all-gather, and
+    DTensor's plan) those Linears keep the gathered input, so the QKV and MLP inputs are whole, as
+    under TP alone. ``options`` go to ``activation_terms`` (bytes a value, dropout, attention...)."""
+    from .transformer import activation_terms
+    one_of("keep", keep, ("whole", "shard"))
+    terms = activation_terms(shape, micro_batch, tp=tp, sp=True, **options)
+    if keep == "whole":
+        tp_only = activation_terms(shape, micro_batch, tp=tp, sp=False, **options)
+        terms |= {k: tp_only[k] for k in ("QKV input", "MLP input")}
+    return sum(terms.values())
