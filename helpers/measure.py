@@ -64,7 +64,7 @@ def saved_activation_bytes(model, run) -> dict[str, int]:
     fp32 parameters that layers save are model states, counted by
     ``measured_state_bytes``.
     """
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    params = {_local(p).untyped_storage().data_ptr() for p in model.parameters()}
     seen: dict[int, tuple[int, bool]] = {}
 
     def is_weight_copy(t) -> bool:
@@ -75,17 +75,23 @@ def saved_activation_bytes(model, run) -> dict[str, int]:
             fn = fn.next_functions[0][0] if fn.next_functions else None
         return cast and hasattr(fn, "variable")
 
-    def pack(t):
+    def pack(saved):
+        t = _local(saved)  # a DTensor (chapter 8.2) holds only its local shard
         ptr = t.untyped_storage().data_ptr()
         if ptr not in params:
             nbytes = max(t.numel() * t.element_size(), seen.get(ptr, (0, False))[0])
-            seen[ptr] = (nbytes, is_weight_copy(t))
-        return t
+            seen[ptr] = (nbytes, is_weight_copy(t) if t is saved else False)
+        return saved
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         run()
     return {"activations": sum(b for b, copy in seen.values() if not copy),
             "autocast copies": sum(b for b, copy in seen.values() if copy)}
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 def saved_bytes(model: nn.Module, batch: int, dtype: torch.dtype | None, device: torch.device) -> int:

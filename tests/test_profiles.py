@@ -111,6 +111,8 @@ def test_sentences_change_with_the_machine():
     assert "2 ranks on 2 GPUs, one each, over NCCL" in sentences.background(node)["runs_where"]
     assert "sharing its 2 cores" in sentences.pipeline_schedules(cpu)["p4_note"]
     assert "4 ranks on 4 GPUs" in sentences.pipeline_schedules(node)["p4_note"]
+    assert "was not run here" in sentences.sequence_context(colab)["sc_torch_cp"]  # one GPU, 2 ranks: no
+    assert "ran below" in sentences.sequence_context(node)["sc_torch_cp"] and plans.torch_cp_runs(node)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

@@ -25,6 +25,10 @@ from .prediction import (  # noqa: F401
 from .tensor_parallel import (  # noqa: F401
     collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,
 )
+from .sequence_context import (  # noqa: F401
+    sp_gaps, predicted_collectives, sent, sp_collective_rows, sp_table_cells, layer_formula, activation_rows,
+    cp_rows, balance, GPT_ACTIVATIONS,
+)
 from .pipelining import (  # noqa: F401
     step_idle, step_seconds, slot_idle, timed_replay, summarize_pipelines, schedule_grad_diffs, spans_of,
 )

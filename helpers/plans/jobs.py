@@ -23,6 +23,7 @@ CHAPTER_JOBS = {
     "07_1_elastic": (1, 2),
     "07_2_hangs": (2,),
     "08_1_transformer_bill": (2,),
+    "08_2_sequence_context": (2, 4),
 }
 # The launches that pass backend="gloo" whatever the machine: monitored_barrier is gloo's (7.2),
 # and 7.1's one-rank reference must match its two loopback nodes, which share the GPUs.
@@ -165,3 +166,12 @@ def throughput_backends(m: Machine) -> tuple[str, ...]:
     """
     first = m.backend(2)
     return (first,) if first == "gloo" else (first, "gloo")
+
+
+# --- Chapter 8.2: torch's own context parallelism -------------------------------------------------
+
+def torch_cp_runs(m: Machine) -> bool:
+    """Whether 8.2 runs torch's ``context_parallel`` on 2 ranks: its ring wraps only SDPA's CUDA
+    kernels (``probes.context_parallel``), so each rank needs a GPU of its own, which is where
+    ``launch`` picks NCCL."""
+    return job(m, 2).backend == "nccl"

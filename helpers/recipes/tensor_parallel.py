@@ -225,7 +225,7 @@ def _tensors(args) -> list[torch.Tensor]:
 def _message_bytes(func, args) -> int:
     """The whole message: an all_gather's output, a reduce_scatter's input, an all_reduce's tensor."""
     sizes = [t.numel() * t.element_size() for t in _tensors(args)]
-    if "all_gather_into_tensor" in str(func) and "c10d" not in str(func):
+    if str(func).startswith(("all_gather_into_tensor", "_c10d_functional.all_gather_into_tensor")):
         return sizes[0] * int(args[1])  # functional all_gather: (shard, group_size, group)
     return max(sizes) if _kind(func) != "all_reduce" else sum(sizes)
 

@@ -26,9 +26,13 @@ from .prediction import (  # noqa: F401
     PHASES, Line, fit_line, Workload, ComputeModel, fit_compute, Link, bucket_exposed,
     StepPrediction, predict_step, predict, predicted_speedup, article_step, crossover, ddp_buckets,
 )
+from .context_parallel import (  # noqa: F401
+    LAYOUTS, n_chunks, chunks, chunk_len, positions, causal_work, imbalance, ring_bytes, what_each_divides,
+)
 from .tensor_parallel import (  # noqa: F401
     STRATEGIES, megatron_allreduces, tp_message_bytes, local_params, state_bytes, step_collectives,
-    sent_bytes, tp_ddp_break_even_tokens,
+    sent_bytes, tp_ddp_break_even_tokens, sp_collectives, sp_replicated_params, sp_plan_collectives,
+    sp_activation_bytes,
 )
 from .sharding import (  # noqa: F401
     STAGES, SHARDED, COLLECTIVES, GLOO_RUNS, sharded_state_bytes, bytes_sent, step_traffic,

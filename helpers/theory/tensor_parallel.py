@@ -111,3 +111,60 @@ def tp_ddp_break_even_tokens(n_params: float, layers: int, hidden: int, p: int) 
     """
     at_least("n_params", n_params), whole("layers", layers), whole("hidden", hidden), whole("p", p)
     return n_params / (hidden * (2 * BLOCKS_PER_LAYER * layers - 1)) if p > 1 else math.inf
+
+
+# --- Sequence parallelism (chapter 8.2): TP's all-reduces cut in two, the rest split by sequence ---
+
+def sp_collectives(blocks: int, batch: int, seq: int, hidden: int, value_bytes: int = 4,
+                   keep: str = "whole") -> dict[tuple[str, str], tuple[int, int]]:
+    """{(kind, phase): (calls, summed message bytes)} of ``blocks`` SP blocks, forward and backward.
+
+    Each block all-gathers the sequence where it starts and reduce-scatters where it ends, and
+    the backward does the reverse: TP's all-reduce of M = b s h values, cut into its two halves,
+    so the same bytes. Keeping only the shard of the first Linears' input (``keep="shard"``,
+    Megatron-LM) costs one more all-gather in the backward, to get the whole input back."""
+    one_of("keep", keep, ("whole", "shard"))
+    m = tp_message_bytes(batch, seq, hidden, value_bytes)
+    gathers = blocks * (2 if keep == "shard" else 1)
+    return {("all_gather", "forward"): (blocks, blocks * m), ("reduce_scatter", "forward"): (blocks, blocks * m),
+            ("all_gather", "backward"): (gathers, gathers * m), ("reduce_scatter", "backward"): (blocks, blocks * m)}
+
+
+def sp_replicated_params(vocab: int, seq: int, hidden: int, layers: int, tied: bool = True) -> int:
+    """Parameters SP keeps whole on every rank, whose gradients are partial sums (each rank saw
+    s/t positions) and so all-reduced once a step: the embeddings (and an untied head), the
+    2 layers + 1 LayerNorms, and the two row-split Linears' biases of each layer."""
+    for name, v in (("vocab", vocab), ("seq", seq), ("hidden", hidden), ("layers", layers)):
+        whole(name, v)
+    return vocab * hidden * (1 if tied else 2) + seq * hidden + 2 * hidden * (2 * layers + 1) + 2 * layers * hidden
+
+
+def sp_plan_collectives(layers: int, batch: int, seq: int, hidden: int, value_bytes: int = 4
+                        ) -> dict[tuple[str, str], tuple[int, int]]:
+    """The collectives of torchtitan's SP plan on the GPT (``recipes.sequence_parallel.sp_plan``):
+    the blocks' (``sp_collectives``), and at the ends: the token embedding's output reduce-scattered
+    (an all-gather back), the positions' s x h likewise, the head's input all-gathered (a
+    reduce-scatter back), and ``loss_parallel``'s three all-reduces of b x s values (the logits'
+    max, the sum of their exponentials, the target's logit)."""
+    out = dict(sp_collectives(BLOCKS_PER_LAYER * layers, batch, seq, hidden, value_bytes))
+    m, pos, rows = batch * seq * hidden * value_bytes, seq * hidden * value_bytes, batch * seq * value_bytes
+    for key, calls, extra in ((("reduce_scatter", "forward"), 2, m + pos), (("all_gather", "forward"), 1, m),
+                              (("all_gather", "backward"), 2, m + pos), (("reduce_scatter", "backward"), 1, m)):
+        out[key] = (out[key][0] + calls, out[key][1] + extra)
+    out[("all_reduce", "forward")] = (3, 3 * rows)
+    return out
+
+
+def sp_activation_bytes(shape, micro_batch: int, tp: int, keep: str = "shard", **options) -> float:
+    """One layer's saved bytes on one of ``tp`` SP ranks: ``theory.transformer.activation_bytes``
+    with ``sp=True`` (Korthikanti's Eq. 4) when the first Linears keep only their shard of the
+    input (Megatron-LM, ``keep="shard"``); with ``keep="whole"`` (the plain all-gather, and
+    DTensor's plan) those Linears keep the gathered input, so the QKV and MLP inputs are whole, as
+    under TP alone. ``options`` go to ``activation_terms`` (bytes a value, dropout, attention...)."""
+    from .transformer import activation_terms
+    one_of("keep", keep, ("whole", "shard"))
+    terms = activation_terms(shape, micro_batch, tp=tp, sp=True, **options)
+    if keep == "whole":
+        tp_only = activation_terms(shape, micro_batch, tp=tp, sp=False, **options)
+        terms |= {k: tp_only[k] for k in ("QKV input", "MLP input")}
+    return sum(terms.values())
