@@ -17,6 +17,7 @@ from .article import (  # noqa: F401
 )
 from .beyond_the_article import (  # noqa: F401
     cluster, elastic, hangs, pipeline_schedules, sharding, sharding_probe, tensor_parallel,
+    experts,
 )
 from .scaling import communication, prediction, speedup  # noqa: F401
 
@@ -38,6 +39,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "06_3_tensor_parallel": tensor_parallel,
     "07_1_elastic": elastic,
     "07_2_hangs": hangs,
+    "08_3_experts": experts,
 }
 
 

@@ -35,3 +35,8 @@ from .sharding import (  # noqa: F401
     collective_time, sharded_step_time, zero3_hidden_from, segment_bounds, checkpointed_mlp_bytes,
     checkpoint_step_time,
 )
+from .experts import (  # noqa: F401
+    expert_capacity, dropped_tokens, imbalance, load_balancing_loss, routing_aux_loss, binomial_overflow,
+    expected_dropped_fraction, ep_message_bytes, alltoall_sent_fraction, alltoall_time, moe_alltoalls,
+    moe_params,
+)
