@@ -177,11 +177,11 @@ def ep_equality(experts: int = 4, k: int = 2, capacity_factor: float | None = 1.
         losses = torch.stack([loss, aux])
         dist.all_reduce(losses)
         grads, ref_grads = _grads(named), _grads(dict(ref.named_parameters()))
-        return {"rank": rank, "n": n, "hidden": ep.cfg.hidden, "tokens": batch * seq,
-                "gaps": {"logits": float((logits - ref_logits[mine]).abs().max()),
-                         "loss": abs(losses[0].item() / n - ref_loss.item()),
-                         "aux": abs(losses[1].item() / n - ref_aux.item()),
-                         "grads": max(float((g - ref_grads[name]).abs().max()) for name, g in grads.items())},
+        gaps = {"logits": float((logits - ref_logits[mine]).abs().max()),
+                "loss": abs(losses[0].item() / n - ref_loss.item()), "aux": abs(losses[1].item() / n - ref_aux.item()),
+                "grads": max(float((g - ref_grads[name]).abs().max()) for name, g in grads.items())}
+        return {"rank": rank, "n": n, "hidden": ep.cfg.hidden, "tokens": batch * seq, "gaps": gaps,
+                "max_gap": max(gaps.values()),
                 "held": sorted(grads), "ref_params": sorted(ref_grads), "loss": ref_loss.item(),
                 "log": list(LOG), "counts": moe.loads(ep)["counts"].tolist(),
                 "ref_counts": ref_loads["counts"].tolist(), "ref_loads": ref_loads["loads"].tolist()}
