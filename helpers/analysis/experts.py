@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import theory
+from ..training import median
 from .communication import AllreduceFit, fit_allreduce
 
 
@@ -69,6 +70,11 @@ class AlltoallFit:
         return (self.alltoall.seconds[bw] - self.predicted[bw]) / self.predicted[bw]
 
     @property
+    def miss(self) -> float:
+        """The median of ``errors``' sizes: how far the formula is from a bandwidth-bound all_to_all."""
+        return median(np.abs(self.errors))
+
+    @property
     def busbw(self) -> dict[str, float]:
         """Each fit's bandwidth as nccl-tests' bus bandwidth: B times the collective's factor."""
         return {"all_to_all": self.alltoall.fit.bandwidth * theory.BUS_FACTOR["all_to_all"](self.n),
@@ -77,7 +83,7 @@ class AlltoallFit:
     @property
     def large_ratio(self) -> float:
         """Median all_to_all time over all_reduce time at the three largest messages (ring: 1/2 at n = 2)."""
-        return float(np.median(self.alltoall.seconds[-3:] / self.allreduce.seconds[-3:]))
+        return median(self.alltoall.seconds[-3:] / self.allreduce.seconds[-3:])
 
 
 def fit_alltoall(sweeps: dict, n: int) -> AlltoallFit:

@@ -17,9 +17,9 @@ from .article import (  # noqa: F401
 )
 from .beyond_the_article import (  # noqa: F401
     cluster, elastic, hangs, pipeline_schedules, sharding, sharding_probe, tensor_parallel,
-    experts,
 )
 from .scaling import communication, prediction, speedup  # noqa: F401
+from .transformers import experts  # noqa: F401
 
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
