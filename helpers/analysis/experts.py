@@ -11,18 +11,23 @@ from ..training import median
 from .communication import AllreduceFit, fit_allreduce
 
 
-def balance(train: dict, alpha: float, capacity_factors=(1.0, 1.25, 1.5, 2.0)) -> dict:
+def balance(train: dict, alpha: float, capacity_factors=(1.0, 1.25, 1.5, 2.0), ranks: int = 2) -> dict:
     """One run of ``experts.train``, judged on its second half (the router has learnt by then):
-    the mean imbalance (busiest expert over the mean, per layer and step), the slots dropped at the
-    run's own capacity, and what the same routings would drop at other capacity factors."""
+    the mean imbalance (busiest expert over the mean, per layer and step), the same for ``ranks``
+    expert-parallel ranks holding E/ranks experts each, the slots dropped at the run's own capacity,
+    and what the same routings would drop at other capacity factors."""
     run = train["runs"][alpha]
     loads, counts = np.asarray(run["loads"]), np.asarray(run["counts"])  # (steps, layers, experts)
+    if loads.shape[-1] % ranks:
+        raise ValueError(f"{loads.shape[-1]} experts do not split over {ranks} ranks evenly")
     half = loads[len(loads) // 2:]
+    per_rank = half.reshape(*half.shape[:-1], ranks, -1).sum(-1)
     slots = half.sum()
     tokens, experts, k = train["tokens"], train["experts"], train["k"]
     what_if = {c: theory.dropped_tokens(half, theory.expert_capacity(tokens, experts, k, c)) / slots
                for c in capacity_factors}
     return {"alpha": alpha, "imbalance": float(theory.imbalance(half).mean()),
+            "rank_imbalance": float(theory.imbalance(per_rank).mean()), "ranks": ranks,
             "first_imbalance": float(theory.imbalance(loads[0]).mean()),
             "dropped": float((half - np.asarray(counts)[len(loads) // 2:]).sum() / slots),
             "what_if": what_if, "first_loss": run["losses"][0], "last_loss": float(np.mean(run["losses"][-5:])),

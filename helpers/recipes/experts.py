@@ -173,7 +173,7 @@ def ep_equality(experts: int = 4, k: int = 2, capacity_factor: float | None = 1.
         named = global_names(ep)
         for name, p in named.items():
             if ".experts." not in name:
-                dist.all_reduce(p.grad)
+                dist.all_reduce(p.grad if p.grad is not None else torch.zeros_like(p))
         losses = torch.stack([loss, aux])
         dist.all_reduce(losses)
         grads, ref_grads = _grads(named), _grads(dict(ref.named_parameters()))
@@ -213,6 +213,8 @@ def ep_dp_train(steps: int = 3, experts: int = 4, k: int = 2, capacity_factor: f
             ref_losses.append(_step(ref, x, y, alpha)[1].item())
             loss = _step(net, x[mine], y[mine], alpha, scale=1.0 / world)[1]
             for name, p in named.items():
+                if p.grad is None:  # every rank must join every all_reduce, used or not
+                    p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad, group=mesh["dp"].get_group() if ".experts." in name else None)
             dist.all_reduce(loss)
             losses.append(loss.item() / world)
