@@ -309,3 +309,16 @@ def test_the_transformer_bill_says_what_ran_where(name, m):
 def test_the_attention_sentence_follows_the_kernel_that_ran():
     assert "no s × s scores" in sentences.attention_kernel("ScaledDotProductFlashAttentionForCpu")
     assert "materializes" in sentences.attention_kernel("none found")
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_the_experts_chapter_says_where_its_ranks_ran_on_every_profile(name, m):
+    """8.3: its 4-rank mesh says when the ranks take turns on the cores; its all_to_all timing says whose
+    links it timed; its sweep reaches both ends of the fit on the links each profile would have."""
+    said, four, two = sentences.experts(m), plans.job(m, 4), plans.job(m, 2)
+    assert said["ep_four_ranks"].startswith("4 ranks share") == four.shared, said
+    assert ("gloo's loopback" in said["ep_links"]) == (two.backend == "gloo"), said
+    from helpers import analysis
+    L, B, sizes = *LINKS[two.backend], plans.alltoall_sizes(m)
+    fit = analysis.fit_allreduce(sizes, [L + s / B for s in sizes])
+    assert fit.latency_bound.sum() >= 2 and fit.bandwidth_bound.sum() >= 2, name

@@ -24,6 +24,7 @@ CHAPTER_JOBS = {
     "07_2_hangs": (2,),
     "08_1_transformer_bill": (2,),
     "08_2_sequence_context": (2, 4),
+    "08_3_experts": (1, 2, 4),
 }
 # The launches that pass backend="gloo" whatever the machine: monitored_barrier is gloo's (7.2),
 # and 7.1's one-rank reference must match its two loopback nodes, which share the GPUs.

@@ -102,6 +102,17 @@ def allreduce_sizes(m: Machine) -> list[int]:
     return [4096 * 2**k for k in range(30) if 4096 * 2**k <= largest]
 
 
+ALLTOALL_CPU_LARGEST = 16 * 2**20
+
+
+def alltoall_sizes(m: Machine) -> list[int]:
+    """The sizes 8.3 times all_to_all and all_reduce at on 2 ranks: 4.2's, cut at 16 MB where they run
+    over gloo (the chapter's minute; L * B is about 0.5 MB on this book's machine, so both ends of the
+    fit are still there), all of them over NCCL, where L * B is megabytes."""
+    sizes = allreduce_sizes(m)
+    return sizes if rank_units(m)[0] == "nccl" else [s for s in sizes if s <= ALLTOALL_CPU_LARGEST]
+
+
 def allreduce_fit_bounds(m: Machine) -> tuple[float, float]:
     """4.2's bounds on its p = 2 fit: the least R^2 over the bandwidth-bound sizes, and the most a held-out
     size may miss. Where the two ranks take turns on one core (one logical CPU), the kernel switches

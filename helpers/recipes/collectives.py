@@ -31,8 +31,15 @@ def repeats_for(size: int, budget_bytes: int = 1024 * MB, least: int = 7, most: 
     return max(least, min(most, budget_bytes // max(size, 1)))
 
 
-def time_allreduce(tensor: torch.Tensor) -> float:
-    """Seconds for one ``all_reduce(tensor)`` on this rank, started right after a barrier.
+# The collectives a sweep can time, each given its tensor and an output buffer of the same size
+# (all_to_all writes into another tensor; made before the clock starts, so no allocation is timed).
+COLLECTIVES = {"all_reduce": lambda t, out: dist.all_reduce(t),
+               "all_to_all": lambda t, out: dist.all_to_all_single(out, t)}
+
+
+def time_allreduce(tensor: torch.Tensor, op: str = "all_reduce", out: torch.Tensor | None = None) -> float:
+    """Seconds for one ``all_reduce(tensor)`` (or another of ``COLLECTIVES``) on this rank, started
+    right after a barrier.
 
     One call per repetition, not an average of many: a rare stall (a rank's thread
     waiting for a core) then spoils one repetition, which the median drops, instead
@@ -40,7 +47,7 @@ def time_allreduce(tensor: torch.Tensor) -> float:
     """
     dist.barrier()
     start = time.perf_counter()
-    dist.all_reduce(tensor)
+    COLLECTIVES[op](tensor, out)
     devices.sync(tensor.device)
     return time.perf_counter() - start
 
@@ -84,14 +91,17 @@ def allreduce_sweep(sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min
 
 
 def sweep(ctx, sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repeats: int = 7,
-          max_repeats: int = 100, warmup: int = 3, copy_bytes: int = 64 * MB) -> dict:
+          max_repeats: int = 100, warmup: int = 3, copy_bytes: int = 64 * MB, op: str = "all_reduce") -> dict:
     """``allreduce_sweep`` inside a group that is already up (``ctx`` from ``distributed()``), so that
-    another recipe can run it as one part of its job."""
+    another recipe can run it as one part of its job; ``op`` names another of ``COLLECTIVES`` to time."""
+    if op not in COLLECTIVES:
+        raise ValueError(f"op must be one of {sorted(COLLECTIVES)}, got {op!r}")
     tensors = [torch.ones(size // 4, device=ctx.device) for size in sizes]
+    outs = [torch.empty_like(t) for t in tensors] if op != "all_reduce" else [None] * len(sizes)
     reps = [repeats_for(size, budget_bytes, min_repeats, max_repeats) for size in sizes]
-    for t in tensors:
+    for t, out in zip(tensors, outs):
         for _ in range(warmup):  # the first calls set up gloo's buffers / NCCL's channels
-            dist.all_reduce(t)
+            COLLECTIVES[op](t, out)
     # Round-robin over the sizes, so that a slow spell of the machine lands on all of them
     # instead of on whichever size was being timed at that moment. Each round goes from
     # small to large after a few untimed small calls: a small message timed right after a
@@ -101,10 +111,10 @@ def sweep(ctx, sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repe
     mine = [[] for _ in sizes]
     for r in range(rounds):
         for _ in range(warmup):
-            dist.all_reduce(tensors[0])
+            COLLECTIVES[op](tensors[0], outs[0])
         for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
             if r in when[i]:
-                mine[i].append(time_allreduce(tensors[i]))
+                mine[i].append(time_allreduce(tensors[i], op, outs[i]))
         report(r + 1, rounds)
     seconds, spread = [], []
     for times in mine:
@@ -114,7 +124,7 @@ def sweep(ctx, sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repe
         q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
         seconds.append(med.item())
         spread.append((q3 - q1).item())
-    del tensors
+    del tensors, outs
     copy_bw = copy_bandwidth(copy_bytes, device=ctx.device) if ctx.is_main else float("nan")
     dist.barrier()
     return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,

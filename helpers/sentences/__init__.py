@@ -21,6 +21,7 @@ from .beyond_the_article import (  # noqa: F401
 from .scaling import communication, prediction, speedup  # noqa: F401
 from .transformers import attention_kernel, transformer_bill  # noqa: F401
 from .transformers import sequence_context  # noqa: F401
+from .transformers import experts  # noqa: F401
 
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
@@ -42,6 +43,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "07_2_hangs": hangs,
     "08_1_transformer_bill": transformer_bill,
     "08_2_sequence_context": sequence_context,
+    "08_3_experts": experts,
 }
 
 

@@ -78,7 +78,8 @@ def fit_alpha_beta(message_bytes, seconds) -> AlphaBetaFit:
 
 # nccl-tests' bus-bandwidth factors: what each rank's links carry per byte of the message.
 BUS_FACTOR = {"all_reduce": lambda p: 2.0 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
-              "all_gather": lambda p: (p - 1) / p, "broadcast": lambda p: 1.0, "reduce": lambda p: 1.0}
+              "all_gather": lambda p: (p - 1) / p, "broadcast": lambda p: 1.0, "reduce": lambda p: 1.0,
+              "all_to_all": lambda p: (p - 1) / p}
 
 
 def algbw(message_bytes, seconds):
