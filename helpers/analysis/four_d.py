@@ -64,6 +64,11 @@ def _cfg(ranks: list[dict]) -> dict:
     return {k: c[k] for k in ("layers", "hidden", "vocab", "seq")}
 
 
+def model_dims(ranks: list[dict]) -> dict:
+    """The GPT's sizes the bytes' and states' formulas take: layers, hidden, vocab and seq."""
+    return _cfg(ranks)
+
+
 def stage_rows(ranks: list[dict]) -> list[dict]:
     """One row per pipeline stage: the messages and bytes sent per step on each dimension, the model
     states held, measured and by formula. The ranks of one stage must agree (the splits are even)."""
@@ -92,7 +97,9 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
 def step_seconds(ranks: list[dict]) -> dict:
     """The step's seconds (the slowest rank's median after the first step, which also infers the
     stages' shapes), and the reference's for the same global batches in one process, if timed."""
-    return {"step_s": max(float(np.median(r["seconds"][1:] or r["seconds"])) for r in ranks)}
+    ref = ranks[0]["reference"]["seconds"]
+    return {"step_s": max(float(np.median(r["seconds"][1:] or r["seconds"])) for r in ranks),
+            "reference_s": float(np.median(ref[1:] or ref))}
 
 
 def traffic_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -109,11 +116,12 @@ def traffic_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def memory_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    header = ["stage", "states held (kB)", "formula", "activations, peak (kB)", "micro-batches in flight"]
+def memory_cells(rows: list[dict], activation_formula: list[float]) -> tuple[list[str], list[list[str]]]:
+    """What one rank of each stage held, beside the formulas: kB = 1000 bytes."""
+    header = ["stage", "states held (kB)", "formula", "activations, peak (kB)", "formula", "micro-batches in flight"]
     return header, [[str(r["stage"]), f"{sum(r['states'].values()) / 1e3:.1f}",
                      f"{sum(r['states_formula'].values()) / 1e3:.1f}", f"{r['activations'] / 1e3:.1f}",
-                     str(r["in_flight"])] for r in rows]
+                     f"{a / 1e3:.1f}", str(r["in_flight"])] for r, a in zip(rows, activation_formula)]
 
 
 def cp_verdict(probe: list[dict]) -> dict:

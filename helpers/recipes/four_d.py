@@ -120,12 +120,20 @@ def _weights(module: nn.Module) -> dict[str, torch.Tensor]:
 
 class ActivationBytes(SavedBytes):
     """``SavedBytes`` for a model of DTensors and FSDP: a DTensor counts its local shard, and
-    parameters are skipped (under FSDP they are the gathered copies, model states all the same)."""
+    parameters are skipped, with the views of them that Linears save (``weight.t()``): under FSDP
+    they are the gathered copies, not the shards the counter could be given, and model states."""
 
     def _pack(self, t):
-        if isinstance(t, nn.Parameter):
-            return t
-        return _LocalHeld(self, t)
+        return t if _is_parameter(t) else _LocalHeld(self, t)
+
+
+def _is_parameter(t) -> bool:
+    """A parameter, or a view of one: its autograd history is views back to a parameter's."""
+    fn = t.grad_fn
+    while fn is not None and fn.name().startswith(("TBackward", "ViewBackward", "TransposeBackward",
+                                                    "AliasBackward", "ExpandBackward")):
+        fn = fn.next_functions[0][0] if fn.next_functions else None
+    return isinstance(t, nn.Parameter) or isinstance(getattr(fn, "variable", None), nn.Parameter)
 
 
 class _LocalHeld(_Held):
@@ -196,7 +204,7 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 3, batch: int =
                "calls": traffic.calls, "states": states, "peak_saved": saved.peak,
                "memory": devices.peak_memory(ctx.device), "config": config.to_dict(),
                "batch": batch, "micro_batches": micro_batches, "backend": ctx.backend,
-               "mesh": {d: mesh[d].mesh.tolist() for d in ("pp", "dp", "tp")},
+               "mesh": mesh.mesh.tolist(),  # [pp][dp][tp] -> global rank
                "weights": weights if dp_rank == 0 and topo.tp_rank(ctx.rank) == 0 else None}
         if ctx.rank == 0:
             out["reference"] = reference(config, init, ids, batch * dp, steps, lr, momentum, seed)
@@ -209,14 +217,16 @@ def reference(config: GPTConfig, init: dict, ids: torch.Tensor, global_batch: in
     model = GPT(config)
     model.load_state_dict(init)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    losses = []
+    losses, seconds = [], []
     for x, y in text.batches(ids, global_batch, config.seq, steps, seed):
+        start = time.perf_counter()
         _, loss = model(x, y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        seconds.append(time.perf_counter() - start)
         losses.append(loss.item())
-    return {"losses": losses, "weights": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return {"losses": losses, "seconds": seconds, "weights": {n: p.detach().clone() for n, p in model.named_parameters()}}
 
 
 def context_parallel_probe(heads: int = 4, seq: int = 64, head_dim: int = 16, seed: int = 0) -> dict:

@@ -19,6 +19,7 @@ from .beyond_the_article import (  # noqa: F401
     cluster, elastic, hangs, pipeline_schedules, sharding, sharding_probe, tensor_parallel,
 )
 from .scaling import communication, prediction, speedup  # noqa: F401
+from .transformers_at_scale import four_d, four_d_cp  # noqa: F401
 
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
@@ -38,6 +39,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "06_3_tensor_parallel": tensor_parallel,
     "07_1_elastic": elastic,
     "07_2_hangs": hangs,
+    "08_4_four_d": four_d,
 }
 
 

@@ -111,3 +111,37 @@ def sent_bytes(messages: dict[str, dict[str, float]], dp: int, tp: int) -> dict[
 def in_flight(pp: int, micro_batches: int, stage: int) -> int:
     """Micro-batches whose activations a stage holds at once under 1F1B (``theory.peak_in_flight``)."""
     return peak_in_flight("1F1B", pp, micro_batches, stage)
+
+
+def layer_activation_values(micro_batch: int, seq: int, hidden: int, heads: int, tp: int) -> float:
+    """Values one block keeps for backward on one rank, per micro-batch, as torch runs it here: no
+    dropout, attention through ``scaled_dot_product_attention``'s fused kernel (no s² scores kept),
+    tp with sequence parallelism.
+
+    Korthikanti et al. 2022 count 34 s·b·h bytes a block in 16 bits (their eq. 1, less the s² terms):
+    without dropout's four masks and outputs that is 32 s·b·h bytes, 16 s·b·h values, and with
+    sequence parallelism all of it is divided by t. torch's ``ColwiseParallel`` saves the all-gathered
+    input of q, k, v and of fc whole (Megatron saves its slice and gathers it again in the backward):
+    2·s·b·h of the 16 are not divided. The LayerNorms' means and inverse deviations (2 a position
+    each) and the attention's log-sum-exp (one a head and position) are added.
+    """
+    for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden), ("heads", heads), ("tp", tp)):
+        whole(name, value)
+    sbh, bs = micro_batch * seq * hidden, micro_batch * seq
+    return 2 * sbh + 14 * sbh / tp + 2 * 2 * bs / tp + heads * bs / tp
+
+
+def activation_bytes(layers: int, hidden: int, vocab: int, seq: int, heads: int, dp: int, tp: int, pp: int,
+                     stage: int, micro_batch: int, micro_batches: int) -> float:
+    """The most bytes of activations one rank of ``stage`` keeps at once under 1F1B: its blocks' for
+    each micro-batch in flight (``in_flight``), with the first stage's token and position ids (int64),
+    or the last stage's final LayerNorm (its input slice and statistics), the head's gathered input,
+    the log-softmax of the whole logits and the targets (int64) that the loss keeps."""
+    lo, hi = stage_blocks(layers, pp)[stage]
+    b, s, h = micro_batch, seq, hidden
+    one = (hi - lo) * layer_activation_values(b, s, h, heads, tp) * VALUE_BYTES
+    if stage == 0:
+        one += 8 * (b * s + s)
+    if stage == pp - 1:
+        one += VALUE_BYTES * (b * s * h / tp + 2 * b * s / tp + b * s * h + b * s * vocab) + 8 * b * s + VALUE_BYTES
+    return in_flight(pp, micro_batches, stage) * one
