@@ -95,10 +95,11 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
 
 
 def step_seconds(ranks: list[dict]) -> dict:
-    """The step's seconds (the slowest rank's median after the first step, which also infers the
-    stages' shapes), and the reference's for the same global batches in one process, if timed."""
+    """The step's seconds: the slowest rank's median over the steps between the first (which also
+    infers the stages' shapes) and the last (whose every op was counted); and the reference's, the
+    same global batches in one process, after its first step."""
     ref = ranks[0]["reference"]["seconds"]
-    return {"step_s": max(float(np.median(r["seconds"][1:] or r["seconds"])) for r in ranks),
+    return {"step_s": max(float(np.median(r["seconds"][1:-1])) for r in ranks),
             "reference_s": float(np.median(ref[1:] or ref))}
 
 

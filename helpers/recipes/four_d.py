@@ -157,7 +157,7 @@ def check_layout(dp: int, tp: int, pp: int, world_size: int, config: GPTConfig, 
     return topo
 
 
-def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 3, batch: int = 4, micro_batches: int = 2,
+def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int = 4, micro_batches: int = 2,
              lr: float = 0.1, momentum: float = 0.9, config: GPTConfig = CONFIG, seed: int = 0) -> dict:
     """Train ``config``'s GPT for ``steps`` on dp x tp x pp ranks; each rank returns its losses, its
     stage's whole weights, every collective of the last step by mesh dimension, the model states it
@@ -165,6 +165,8 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 3, batch: int =
     replica's sequences a step, cut into ``micro_batches``. Rank 0 also trains the whole GPT in one
     process on the same global batches, with the same optimizer, as the reference."""
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+    if steps < 3:
+        raise ValueError(f"steps must be at least 3 (one sets up, one is timed, the last is counted), got {steps}")
     with distributed(seed) as ctx:
         topo = check_layout(dp, tp, pp, ctx.world_size, config, batch, micro_batches)
         mesh = topo.build_mesh(ctx.device)  # ("pp", "dp", "tp"): tp innermost, its ranks neighbours
@@ -178,15 +180,17 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 3, batch: int =
         optimizer = torch.optim.SGD(stage.parameters(), lr=lr, momentum=momentum)
         ids, _ = text.split()
         data = text.batches(ids, batch, config.seq, steps, seed, rank=dp_rank, world_size=dp)
-        losses, seconds, traffic = [], [], None
-        saved = ActivationBytes()
+        losses, seconds, counter, saved = [], [], MeshTraffic(mesh), ActivationBytes()
         for step, (x, y) in enumerate(data):
             x, y = x.to(ctx.device), y.to(ctx.device)
-            counter = MeshTraffic(mesh)
+            # Step 1 also infers the stages' shapes (a forward of its own); the last step is counted,
+            # and counting every op in Python costs time: the steps between are the ones timed.
+            counted = step == steps - 1
             devices.sync(ctx.device)
             start = time.perf_counter()
-            # The first step also infers the stages' shapes (a forward of its own): not counted.
-            with counter, saved.hooks() if step else contextlib.nullcontext():
+            with contextlib.ExitStack() as counting:
+                if counted:
+                    counting.enter_context(counter), counting.enter_context(saved.hooks())
                 kwargs = {"target": y, "losses": []} if pipe.is_last else {}
                 schedule.step(*((x,) if pipe.is_first else ()), **kwargs)
                 optimizer.step()
@@ -194,14 +198,13 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 3, batch: int =
                 optimizer.zero_grad(set_to_none=True)
             devices.sync(ctx.device)
             seconds.append(time.perf_counter() - start)
-            traffic = counter  # the first step also infers the stages' shapes: the last one is kept
             if pipe.is_last:
                 losses.append(torch.stack(kwargs["losses"]).mean().item())
             report(step + 1, steps)
         weights = _weights(stage)
         out = {"rank": ctx.rank, "dp_rank": dp_rank, "pp_rank": pp_rank, "tp_rank": topo.tp_rank(ctx.rank),
                "layout": {"dp": dp, "tp": tp, "pp": pp}, "losses": losses, "seconds": seconds,
-               "calls": traffic.calls, "states": states, "peak_saved": saved.peak,
+               "calls": counter.calls, "states": states, "peak_saved": saved.peak,
                "memory": devices.peak_memory(ctx.device), "config": config.to_dict(),
                "batch": batch, "micro_batches": micro_batches, "backend": ctx.backend,
                "mesh": mesh.mesh.tolist(),  # [pp][dp][tp] -> global rank

@@ -20,6 +20,7 @@ from .communication import BUS_FACTOR
 from .pipeline import peak_in_flight
 from .sharding import COLLECTIVES
 from .tensor_parallel import megatron_allreduces, state_bytes, tp_message_bytes
+from .transformer import Shape, activation_terms, outside_layers_terms
 
 DIMS = ("dp", "tp", "pp")
 FSDP_NO_RESHARD = COLLECTIVES["ZeRO-2"]  # one all_gather, one reduce_scatter of the shard's whole
@@ -113,35 +114,38 @@ def in_flight(pp: int, micro_batches: int, stage: int) -> int:
     return peak_in_flight("1F1B", pp, micro_batches, stage)
 
 
-def layer_activation_values(micro_batch: int, seq: int, hidden: int, heads: int, tp: int) -> float:
-    """Values one block keeps for backward on one rank, per micro-batch, as torch runs it here: no
-    dropout, attention through ``scaled_dot_product_attention``'s fused kernel (no s² scores kept),
-    tp with sequence parallelism.
+# What torch's sequence parallelism saves whole, where Korthikanti's Megatron saves a slice and gathers
+# it again in the backward: ``ColwiseParallel``'s all-gathered input, of q, k, v and of fc.
+GATHERED_WHOLE = ("QKV input", "MLP input")
 
-    Korthikanti et al. 2022 count 34 s·b·h bytes a block in 16 bits (their eq. 1, less the s² terms):
-    without dropout's four masks and outputs that is 32 s·b·h bytes, 16 s·b·h values, and with
-    sequence parallelism all of it is divided by t. torch's ``ColwiseParallel`` saves the all-gathered
-    input of q, k, v and of fc whole (Megatron saves its slice and gathers it again in the backward):
-    2·s·b·h of the 16 are not divided. The LayerNorms' means and inverse deviations (2 a position
-    each) and the attention's log-sum-exp (one a head and position) are added.
-    """
-    for name, value in (("micro_batch", micro_batch), ("seq", seq), ("hidden", hidden), ("heads", heads), ("tp", tp)):
-        whole(name, value)
-    sbh, bs = micro_batch * seq * hidden, micro_batch * seq
-    return 2 * sbh + 14 * sbh / tp + 2 * 2 * bs / tp + heads * bs / tp
+
+def layer_activation_bytes(shape: Shape, micro_batch: int, tp: int) -> float:
+    """Bytes one block keeps for backward on one rank, per micro-batch, as torch runs it here:
+    ``theory.transformer.activation_terms`` with sequence parallelism, float32, no dropout, the fused
+    attention kernel (no s² scores) and the LayerNorms' statistics, except that the two inputs of
+    ``GATHERED_WHOLE`` are kept whole (t times their term)."""
+    terms = activation_terms(shape, micro_batch, tp=tp, sp=True, bytes_per_value=VALUE_BYTES, dropout=False,
+                             attention="flash", norm_stats=True)
+    return sum(terms.values()) + (tp - 1) * sum(terms[k] for k in GATHERED_WHOLE)
 
 
 def activation_bytes(layers: int, hidden: int, vocab: int, seq: int, heads: int, dp: int, tp: int, pp: int,
                      stage: int, micro_batch: int, micro_batches: int) -> float:
-    """The most bytes of activations one rank of ``stage`` keeps at once under 1F1B: its blocks' for
-    each micro-batch in flight (``in_flight``), with the first stage's token and position ids (int64),
-    or the last stage's final LayerNorm (its input slice and statistics), the head's gathered input,
-    the log-softmax of the whole logits and the targets (int64) that the loss keeps."""
+    """The most bytes of activations one rank of ``stage`` keeps at once under 1F1B: its blocks' for each
+    micro-batch in flight (``in_flight``). The first stage adds its token and position ids (int64).
+    The last adds ``theory.transformer.outside_layers_terms``, with the head's gathered input and the
+    log-softmax of the whole logits (this head gathers them: every tp rank computes the whole loss)
+    t times their sliced terms, and the final LayerNorm's statistics, the targets (int64) and the
+    loss's one float32 total weight."""
+    whole("dp", dp)
+    shape = Shape(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab, tied=False)
     lo, hi = stage_blocks(layers, pp)[stage]
-    b, s, h = micro_batch, seq, hidden
-    one = (hi - lo) * layer_activation_values(b, s, h, heads, tp) * VALUE_BYTES
+    b, s = micro_batch, seq
+    one = (hi - lo) * layer_activation_bytes(shape, b, tp)
     if stage == 0:
         one += 8 * (b * s + s)
     if stage == pp - 1:
-        one += VALUE_BYTES * (b * s * h / tp + 2 * b * s / tp + b * s * h + b * s * vocab) + 8 * b * s + VALUE_BYTES
+        outside = outside_layers_terms(shape, b, tp, sp=True, bytes_per_value=VALUE_BYTES, dropout=False)
+        gathered = outside["head input"] + outside["cross-entropy log-probabilities"]
+        one += sum(outside.values()) + (tp - 1) * gathered + VALUE_BYTES * 2 * b * s / tp + 8 * b * s + VALUE_BYTES
     return in_flight(pp, micro_batches, stage) * one
