@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..training import median
+
 import numpy as np
 
 from ..theory import four_d as formulas
@@ -99,8 +101,7 @@ def step_seconds(ranks: list[dict]) -> dict:
     infers the stages' shapes) and the last (whose every op was counted); and the reference's, the
     same global batches in one process, after its first step."""
     ref = ranks[0]["reference"]["seconds"]
-    return {"step_s": max(float(np.median(r["seconds"][1:-1])) for r in ranks),
-            "reference_s": float(np.median(ref[1:] or ref))}
+    return {"step_s": max(median(r["seconds"][1:-1]) for r in ranks), "reference_s": median(ref[1:] or ref)}
 
 
 def traffic_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:

@@ -65,7 +65,8 @@ def memory_per_rank(rows: list[dict], activation_formula: list[float]):
                       "in flight)" for r in rows], fontsize=8)
     ax.set_ylabel("held by one rank (kB)")
     ax.set_title("What one rank of each stage holds", fontsize=9, loc="left")
+    ax.set_xlim(-0.5, len(rows) + 0.6)  # room on the right for the legend
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
     return finish(fig)
 

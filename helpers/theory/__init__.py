@@ -36,3 +36,4 @@ from .sharding import (  # noqa: F401
     checkpoint_step_time,
 )
 from . import transformer  # noqa: F401  (part 8: theory.transformer.Shape, .parameters, .flops_per_step, ...)
+from . import four_d  # noqa: F401  (8.4: theory.four_d.step_messages, .activation_bytes, ...)

@@ -15,7 +15,7 @@ into what one rank sends over a ring (``theory.BUS_FACTOR``).
 """
 from __future__ import annotations
 
-from .checks import whole
+from .checks import below, whole
 from .communication import BUS_FACTOR
 from .pipeline import peak_in_flight
 from .sharding import COLLECTIVES
@@ -44,9 +44,7 @@ def stage_params(layers: int, hidden: int, vocab: int, seq: int, pp: int, stage:
     The first stage adds the token and position embeddings (V·h + s·h, split by rows), the last the
     head (V·h, by columns) and the final LayerNorm (2h, whole)."""
     whole("hidden", hidden), whole("vocab", vocab), whole("seq", seq)
-    lo, hi = stage_blocks(layers, pp)[stage] if 0 <= stage < pp else (0, 0)
-    if not 0 <= stage < pp:
-        raise ValueError(f"stage must be in 0..{pp - 1}, got {stage}")
+    lo, hi = stage_blocks(layers, pp)[below("stage", stage, pp)]
     n, h = hi - lo, hidden
     split, kept = n * (12 * h * h + 7 * h), n * 6 * h
     if stage == 0:
