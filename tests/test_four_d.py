@@ -151,3 +151,13 @@ def test_context_parallelism_composes_only_on_gpu_kernels():
         assert "does not have a sharding strategy" in cp["errors"]["default kernel"]
         said = sentences.four_d_cp(plans.PROFILES["CPU only, 2 cores"], **cp)
         assert cp["errors"]["default kernel"] in said and "does not join the mesh" in said
+
+
+def test_a_pipeline_alone_is_the_same_recipe_with_two_dimensions_of_size_one():
+    # Topology(every_dim=True) names all three, so apply_tp and apply_fsdp get 1-rank groups: silent.
+    ranks = helpers.launch(fd.train_4d, nprocs=2, dp=1, tp=1, pp=2, steps=3, show=None)
+    assert fa.equality(ranks)["within_tolerance"]
+    for row in fa.stage_rows(ranks):
+        assert row["messages"] == {"pp": row["messages_formula"]["pp"]} and row["states"] == row["states_formula"]
+        assert row["activations"] == ft.activation_bytes(**DIMS, heads=CFG.heads, dp=1, tp=1, pp=2,
+                                                         stage=row["stage"], micro_batch=2, micro_batches=2)

@@ -169,7 +169,7 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int =
         raise ValueError(f"steps must be at least 3 (one sets up, one is timed, the last is counted), got {steps}")
     with distributed(seed) as ctx:
         topo = check_layout(dp, tp, pp, ctx.world_size, config, batch, micro_batches)
-        mesh = topo.build_mesh(ctx.device)  # ("pp", "dp", "tp"): tp innermost, its ranks neighbours
+        mesh = topo.build_mesh(ctx.device, every_dim=True)  # ("pp", "dp", "tp"): tp innermost
         dp_rank, pp_rank = topo.coords(ctx.rank)
         torch.manual_seed(seed)
         whole = GPT(config)
