@@ -302,4 +302,7 @@ def test_the_8_rank_mesh_runs_on_every_profile_and_its_time_is_never_called_repr
     assert ("take turns" in said["fd_time_note"]) == plans.job(m, 8).shared, (name, said)
     cp = sentences.four_d_cp(m, False, {"default kernel": "NotImplementedError: x", "math kernel": "RuntimeError: y"}, 0.0)
     assert "does not join the mesh" in cp and plans.job(m, 2).describe() in cp
+    assert "not the wire's" in sentences.four_d_wire(m, None) and "1.020 times" in sentences.four_d_wire(m, 1.02)
+    if plans.job(m, 8).backend == "nccl":
+        assert "NCCL" in sentences.four_d_wire(m, None)
 

@@ -72,8 +72,9 @@ def model_dims(ranks: list[dict]) -> dict:
 
 
 def stage_rows(ranks: list[dict]) -> list[dict]:
-    """One row per pipeline stage: the messages and bytes sent per step on each dimension, the model
-    states held, measured and by formula. The ranks of one stage must agree (the splits are even)."""
+    """One row per pipeline stage: the messages and bytes sent per step on each dimension (on the run's
+    backend), what each of its ranks wrote to its sockets in that step (None where not counted), the
+    model states held, measured and by formula. The ranks of one stage must agree (the splits are even)."""
     lay, cfg = _layout(ranks), _cfg(ranks)
     r0 = ranks[0]
     b = r0["batch"] // r0["micro_batches"]
@@ -87,8 +88,9 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
                                            micro_batches=r0["micro_batches"])
         rows.append({"stage": stage, "ranks": sorted(r["rank"] for r in mine),
                      "messages": measured, "messages_formula": predicted,
-                     "sent": formulas.sent_bytes(measured, lay["dp"], lay["tp"]),
-                     "sent_formula": formulas.sent_bytes(predicted, lay["dp"], lay["tp"]),
+                     "sent": formulas.sent_bytes(measured, lay["dp"], lay["tp"], r0["backend"]),
+                     "sent_formula": formulas.sent_bytes(predicted, lay["dp"], lay["tp"], r0["backend"]),
+                     "wire": [r["wire_bytes"] for r in mine],
                      "states": mine[0]["states"],
                      "states_formula": formulas.rank_state_bytes(**cfg, **lay, stage=stage),
                      "activations": max(r["peak_saved"] for r in mine),

@@ -33,7 +33,7 @@ from helpers.gpt import CONFIGS, GPT, GPTConfig
 from helpers.measure import held_state_bytes
 from helpers.recipes.fsdp import apply_fsdp
 from helpers.recipes.pipelining import SavedBytes, _Held
-from helpers.recipes.traffic import MeshTraffic
+from helpers.recipes.traffic import MeshTraffic, counts_sockets, written_bytes
 from helpers.theory.four_d import stage_blocks
 from helpers.topology import Topology
 
@@ -191,6 +191,7 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int =
             with contextlib.ExitStack() as counting:
                 if counted:
                     counting.enter_context(counter), counting.enter_context(saved.hooks())
+                    written = written_bytes()  # what this process writes to its sockets (Linux)
                 kwargs = {"target": y, "losses": []} if pipe.is_last else {}
                 schedule.step(*((x,) if pipe.is_first else ()), **kwargs)
                 optimizer.step()
@@ -198,13 +199,15 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int =
                 optimizer.zero_grad(set_to_none=True)
             devices.sync(ctx.device)
             seconds.append(time.perf_counter() - start)
+            if counted:
+                wire = written_bytes() - written if counts_sockets(ctx.backend) and written is not None else None
             if pipe.is_last:
                 losses.append(torch.stack(kwargs["losses"]).mean().item())
             report(step + 1, steps)
         weights = _weights(stage)
         out = {"rank": ctx.rank, "dp_rank": dp_rank, "pp_rank": pp_rank, "tp_rank": topo.tp_rank(ctx.rank),
                "layout": {"dp": dp, "tp": tp, "pp": pp}, "losses": losses, "seconds": seconds,
-               "calls": counter.calls, "states": states, "peak_saved": saved.peak,
+               "calls": counter.calls, "wire_bytes": wire, "states": states, "peak_saved": saved.peak,
                "memory": devices.peak_memory(ctx.device), "config": config.to_dict(),
                "batch": batch, "micro_batches": micro_batches, "backend": ctx.backend,
                "mesh": mesh.mesh.tolist(),  # [pp][dp][tp] -> global rank

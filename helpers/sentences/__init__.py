@@ -19,7 +19,7 @@ from .beyond_the_article import (  # noqa: F401
     cluster, elastic, hangs, pipeline_schedules, sharding, sharding_probe, tensor_parallel,
 )
 from .scaling import communication, prediction, speedup  # noqa: F401
-from .transformers_at_scale import four_d, four_d_cp  # noqa: F401
+from .transformers_at_scale import four_d, four_d_cp, four_d_wire  # noqa: F401
 
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {

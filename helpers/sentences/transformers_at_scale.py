@@ -38,3 +38,15 @@ def four_d_cp(m: Machine, composed: bool, errors: dict[str, str | None], max_dif
             "(flash, memory-efficient and cuDNN: torch/distributed/tensor/experimental/_context_parallel/"
             "_attention.py), not the CPU's; forced onto the plain-math kernel it fails too "
             f"(`{math}`), so on this machine it does not join the mesh.")
+
+
+def four_d_wire(m: Machine, most_over: float | None) -> str:
+    """8.4: what the sockets showed of the counted step: a ratio to the formulas' sum, where counted."""
+    job = plans.job(m, MESH_RANKS)
+    if most_over is None:
+        why = ("the collectives ran over NCCL, whose bytes are not writes to a process's sockets"
+               if job.backend == "nccl" else f"{m.system} does not count the bytes a process writes")
+        return f"Here {why}, so the counts above are the collectives' own, not the wire's."
+    return (f"The sockets agree: in the counted step each rank wrote at most {most_over:.3f} times the "
+            "bytes the formulas give it, over all three dimensions together (at least the formulas' "
+            "bytes and at most 5% more, asserted); the rest is what gloo writes besides the messages themselves.")

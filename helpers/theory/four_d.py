@@ -16,9 +16,8 @@ into what one rank sends over a ring (``theory.BUS_FACTOR``).
 from __future__ import annotations
 
 from .checks import below, whole
-from .communication import BUS_FACTOR
 from .pipeline import peak_in_flight
-from .sharding import COLLECTIVES
+from .sharding import COLLECTIVES, bytes_sent
 from .tensor_parallel import megatron_allreduces, state_bytes, tp_message_bytes
 from .transformer import Shape, activation_terms, outside_layers_terms
 
@@ -98,11 +97,12 @@ def step_messages(layers: int, hidden: int, vocab: int, seq: int, dp: int, tp: i
     return out
 
 
-def sent_bytes(messages: dict[str, dict[str, float]], dp: int, tp: int) -> dict[str, float]:
-    """What one rank sends per step on each dimension: a collective's ring share of its message
-    (``BUS_FACTOR`` over the dimension's group), and a pipeline send's own bytes."""
+def sent_bytes(messages: dict[str, dict[str, float]], dp: int, tp: int, backend: str = "nccl") -> dict[str, float]:
+    """What one rank sends per step on each dimension: each collective's share of its message over
+    the dimension's group (``theory.sharding.bytes_sent``: rings, and gloo's reduce-scatter an
+    all-reduce), and a pipeline send's own bytes."""
     groups = {"dp": dp, "tp": tp}
-    return {dim: float(sum(v if kind == "send" else 0.0 if kind == "recv" else BUS_FACTOR[kind](groups[dim]) * v
+    return {dim: float(sum(v if kind == "send" else 0.0 if kind == "recv" else bytes_sent(kind, v, groups[dim], backend)
                            for kind, v in kinds.items()))
             for dim, kinds in messages.items()}
 
