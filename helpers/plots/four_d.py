@@ -11,9 +11,9 @@ DIM_COLORS = {"dp": "tab:green", "tp": "tab:blue", "pp": "tab:orange"}
 
 
 def mesh_and_bytes(grid: list, rows: list[dict]):
-    """Left: the ranks on the (pp, dp, tp) mesh (``grid[pp][dp][tp]`` = global rank), one box per stage, each rank at its (dp, tp)
-    place. Right: the bytes one rank of each stage sends per step on each dimension (bars, from
-    ``analysis.four_d.stage_rows``), each formula as a black tick."""
+    """Left: the ranks on the (pp, dp, tp) mesh (``grid[pp][dp][tp]`` = global rank), one box per
+    stage, each rank at its (dp, tp) place. Right: the bytes one rank of each stage sends per step on
+    each dimension (bars, from ``analysis.four_d.stage_rows``), each formula as a black tick."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1, 1.3]})
     grid = np.array(grid)
     pp, dp, tp = grid.shape

@@ -213,26 +213,31 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int =
                "mesh": mesh.mesh.tolist(),  # [pp][dp][tp] -> global rank
                "weights": weights if dp_rank == 0 and topo.tp_rank(ctx.rank) == 0 else None}
         if ctx.rank == 0:
-            out["reference"] = reference(config, init, ids, batch * dp, steps, lr, momentum, seed)
+            out["reference"] = reference(config, init, ids, batch * dp, steps, lr, momentum, seed, ctx.device)
         return out
 
 
 def reference(config: GPTConfig, init: dict, ids: torch.Tensor, global_batch: int, steps: int,
-              lr: float, momentum: float, seed: int) -> dict:
-    """The whole GPT in this one process, from the same initial weights, on the same global batches."""
+              lr: float, momentum: float, seed: int, device: torch.device) -> dict:
+    """The whole GPT in this one process on ``device``, from the same initial weights, on the same
+    global batches."""
     model = GPT(config)
     model.load_state_dict(init)
+    model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     losses, seconds = [], []
     for x, y in text.batches(ids, global_batch, config.seq, steps, seed):
+        devices.sync(device)
         start = time.perf_counter()
-        _, loss = model(x, y)
+        _, loss = model(x.to(device), y.to(device))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        devices.sync(device)
         seconds.append(time.perf_counter() - start)
         losses.append(loss.item())
-    return {"losses": losses, "seconds": seconds, "weights": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    return {"losses": losses, "seconds": seconds, "weights": weights}
 
 
 def context_parallel_probe(heads: int = 4, seq: int = 64, head_dim: int = 16, seed: int = 0) -> dict:
@@ -241,6 +246,7 @@ def context_parallel_probe(heads: int = 4, seq: int = 64, head_dim: int = 16, se
     picks on this device and with its plain-math kernel. Returns each one's error, or its largest
     difference from the whole attention."""
     from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with distributed(seed) as ctx:
         mesh = devices.mesh(ctx.device, (ctx.world_size,), ("cp",))
@@ -255,7 +261,6 @@ def context_parallel_probe(heads: int = 4, seq: int = 64, head_dim: int = 16, se
                         (sdpa_kernel(kernels) if kernels else contextlib.nullcontext()):
                     part = F.scaled_dot_product_attention(*buffers, is_causal=True)
                 # context_parallel reorders the sequence to balance causal work; compare the whole back
-                from torch.distributed.tensor.experimental._attention import context_parallel_unshard
                 (full,) = context_parallel_unshard(mesh, [part], [2])
                 out[name] = {"error": None, "max_diff": (full - whole).abs().max().item()}
             except (NotImplementedError, RuntimeError) as e:

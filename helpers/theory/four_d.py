@@ -10,8 +10,8 @@ collectives: its micro-batches would gather each layer again otherwise).
 
 Symbols: ``b`` sequences in one micro-batch, ``m`` micro-batches a step, ``s`` the sequence, ``h`` the
 hidden width, ``V`` the vocabulary, ``L`` a stage's blocks. A message is the whole tensor a
-collective reduces or gathers (what ``recipes.four_d.MeshTraffic`` counts); ``sent_bytes`` turns it
-into what one rank sends over a ring (``theory.BUS_FACTOR``).
+collective reduces or gathers (what ``recipes.traffic.MeshTraffic`` counts); ``sent_bytes`` turns it
+into what one rank sends (``theory.sharding.bytes_sent``, on the run's backend).
 """
 from __future__ import annotations
 
