@@ -68,6 +68,21 @@ def test_stage_params_sum_to_the_untied_gpt_and_to_theory_transformer():
         ft.stage_params(**DIMS, pp=2, stage=2)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda: ft.stage_blocks(3, 2), "3 layers do not divide into pp = 2 equal stages"),
+    (lambda: ft.stage_params(**DIMS, pp=2, stage=-1), "stage must be a whole number >= 0"),
+    (lambda: ft.step_messages(**DIMS, dp=1, tp=3, pp=1, stage=0, micro_batch=2, micro_batches=1),
+     r"tp = 3 must divide the sequence \(64\)"),
+    (lambda: ft.step_messages(**DIMS, dp=0, tp=1, pp=1, stage=0, micro_batch=2, micro_batches=1),
+     "dp must be a whole number >= 1"),
+    (lambda: ft.sent_bytes({"dp": {"allreduce": 1.0}}, 2, 1), "op must be one of"),
+    (lambda: ft.in_flight(2, 2, 2), "stage must be in 0..1"),
+])
+def test_theory_refuses_impossible_inputs_with_the_reason(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
 def test_sequence_parallel_sends_what_megatrons_all_reduces_send():
     # Korthikanti et al. 2022, Section 4.2.2: an all-gather and a reduce-scatter cost one all-reduce.
     m = ft.step_messages(**DIMS, dp=1, tp=4, pp=1, stage=0, micro_batch=2, micro_batches=1)["tp"]
