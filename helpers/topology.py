@@ -90,14 +90,16 @@ class Topology:
         dims = [("pp", self.pp)] if self.pp > 1 or self.tp == 1 else []
         return tuple(dims + [("dp", self.dp)] + ([("tp", self.tp)] if self.tp > 1 else []))
 
-    def build_mesh(self, device):
+    def build_mesh(self, device, every_dim: bool = False):
         """The job's DeviceMesh over ``mesh_dims``: (pp, dp), or (dp, tp), or (pp, dp, tp), on
-        ``device``, the ranks' own (``ctx.device``; ``devices.mesh`` builds it). Every rank must
-        call it (it creates the groups)."""
+        ``device``, the ranks' own (``ctx.device``; ``devices.mesh`` builds it). ``every_dim``: all
+        three, (pp, dp, tp), even those of size 1, for code that takes each by name (chapter 8.4).
+        Every rank must call it (it creates the groups)."""
         import torch.distributed as dist
         from . import devices
         self.check(dist.get_world_size())
-        names, sizes = zip(*self.mesh_dims)
+        dims = (("pp", self.pp), ("dp", self.dp), ("tp", self.tp)) if every_dim else self.mesh_dims
+        names, sizes = zip(*dims)
         return devices.mesh(device, sizes, names)
 
     def table(self) -> list[dict]:

@@ -80,7 +80,8 @@ def test_every_fixed_job_runs_on_every_profile(name, m):
     for chapter, counts in plans.CHAPTER_JOBS.items():
         for n in counts:
             job = plans.job(m, n)
-            assert n <= 4, (chapter, n)  # bounded: a fixed job never grows with the machine
+            # bounded: a fixed job never grows with the machine; a mesh's job is the mesh's size
+            assert n <= (8 if n in plans.MESH_JOBS.get(chapter, ()) else 4), (chapter, n)
             assert job.backend == "gloo" or n <= m.n_gpus, (chapter, job)  # NCCL only with a GPU per rank
             # More ranks than cores is the stated fallback: the job runs, with a warning saying so.
             assert job.shared == (job.backend == "gloo" and n > m.cores) == bool(job.warning())
@@ -322,3 +323,23 @@ def test_the_experts_chapter_says_where_its_ranks_ran_on_every_profile(name, m):
     L, B, sizes = *LINKS[two.backend], plans.alltoall_sizes(m)
     fit = analysis.fit_allreduce(sizes, [L + s / B for s in sizes])
     assert fit.latency_bound.sum() >= 2 and fit.bandwidth_bound.sum() >= 2, name
+
+
+@pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
+def test_the_8_rank_mesh_runs_on_every_profile_and_its_time_is_never_called_representative(name, m):
+    for chapter, counts in plans.MESH_JOBS.items():
+        for n in counts:
+            assert n <= plans.most_ranks(m), (name, n)  # launch will start it here
+            job = plans.chapter_job(m, chapter, n)
+            # NCCL only with a GPU for every rank: 1 or 2 GPUs cannot hold 8 ranks, so they run on the CPU
+            assert (job.backend == "nccl") == (m.n_gpus >= n), (name, job)
+            assert job.shared == (job.backend == "gloo" and m.cores < n), (name, job)
+    said = sentences.four_d(m)
+    assert "not representative" in said["fd_time_note"], (name, said)
+    assert ("take turns" in said["fd_time_note"]) == plans.job(m, 8).shared, (name, said)
+    cp = sentences.four_d_cp(m, False, {"default kernel": "NotImplementedError: x", "math kernel": "RuntimeError: y"}, 0.0)
+    assert "does not join the mesh" in cp and plans.job(m, 2).describe() in cp
+    assert "not the wire's" in sentences.four_d_wire(m, None) and "1.020 times" in sentences.four_d_wire(m, 1.02)
+    if plans.job(m, 8).backend == "nccl":
+        assert "NCCL" in sentences.four_d_wire(m, None)
+

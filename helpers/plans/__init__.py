@@ -8,7 +8,7 @@ machine a reader brings (``PROFILES``) while the real runs use this one::
 """
 from .jobs import (  # noqa: F401
     CHAPTER_JOBS, GIB, GLOO_JOBS, MEMORY_PER_RANK, MP_TIMELINE_RANKS, PAIRED_JOBS, PROFILES, RANKS_PER_CORE,
-    Job, chapter_job, chapter_jobs, cpu_stage_counts, job, most_ranks, most_ranks_why, split_devices,
+    MESH_JOBS, Job, chapter_job, chapter_jobs, cpu_stage_counts, job, most_ranks, most_ranks_why, split_devices,
     throughput_backends, torch_cp_runs, two_gpus_in_one_process,
 )
 from .nodes import TORCHRUN_JOBS, HostJob, host_ranks, place_ranks  # noqa: F401

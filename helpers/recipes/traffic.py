@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import inspect
 
+import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from helpers import compat
 
@@ -89,4 +91,58 @@ class Traffic:
         out: dict[str, int] = {}
         for op, nbytes in self.calls:
             out[op] = out.get(op, 0) + nbytes
+        return out
+
+
+# --- By mesh dimension (chapter 8.4) --------------------------------------------------------------
+
+_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "send", "recv", "broadcast", "barrier")
+
+
+def _kind(func) -> str | None:
+    name = func._overloadpacket.__name__.replace("_", "").replace("base", "")
+    return next((k for k in _KINDS if k.replace("_", "") in name), None)
+
+
+def _message_bytes(kind: str, func, args) -> int:
+    """The whole message: an all_gather's output, a reduce_scatter's input, the tensor sent."""
+    tensors = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a]) if isinstance(t, torch.Tensor)]
+    sizes = [t.numel() * t.element_size() for t in tensors]
+    if kind == "all_gather" and func.namespace == "_c10d_functional":
+        return sizes[0] * int(args[1])  # (shard, group_size, group_name)
+    return max(sizes, default=0) if kind != "all_reduce" else sum(sizes)
+
+
+def _group_name(args, names) -> str | None:
+    """The process group an op ran on, among ``names``: a functional collective passes the
+    group's name, a c10d op the group itself (boxed, as the dispatcher carries it)."""
+    for a in args:
+        if isinstance(a, torch.ScriptObject) and a._type().qualified_name().endswith(".ProcessGroup"):
+            a = dist.ProcessGroup.unbox(a).group_name
+        if isinstance(a, str) and a in names:
+            return a
+    return None
+
+
+class MeshTraffic(TorchDispatchMode):
+    """Every collective and point-to-point op dispatched meanwhile, as (dimension, kind, message
+    bytes): the dimension is the mesh dimension whose process group it ran on. FSDP2 (c10d ops),
+    DTensor (functional collectives) and the pipeline's sends all pass through torch's dispatcher."""
+
+    def __init__(self, mesh):
+        super().__init__()
+        self.dims = {mesh[d].get_group().group_name: d for d in mesh.mesh_dim_names}
+        self.calls: list[tuple[str, str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in ("c10d", "_c10d_functional") and (kind := _kind(func)):
+            dim = self.dims.get(_group_name(args, self.dims), "other")
+            self.calls.append((dim, kind, _message_bytes(kind, func, args)))
+        return func(*args, **(kwargs or {}))
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for dim, kind, nbytes in self.calls:
+            out.setdefault(dim, {}).setdefault(kind, 0)
+            out[dim][kind] += nbytes
         return out

@@ -45,3 +45,4 @@ from .experts import (  # noqa: F401
     expected_dropped_fraction, ep_message_bytes, alltoall_sent_fraction, alltoall_time, moe_alltoalls,
     moe_params,
 )
+from . import four_d  # noqa: F401  (8.4: theory.four_d.step_messages, .activation_bytes, ...)
