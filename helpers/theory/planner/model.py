@@ -146,10 +146,10 @@ class Model:
         replicated = tokens * h * (4 * v + 2 * drop)
         mlp = tokens * k * f * v * (3 if self.gated else 2) + (tokens * h * v * k if self.experts > 1 else 0)
         split = tokens * (2 * h * v + 2 * kv * v) + mlp
-        if flash:
-            core = tokens * self.heads * 4.0
-        elif recompute == "selective":
+        if recompute == "selective":
             core = 0.0
+        elif flash:
+            core = tokens * self.heads * 4.0
         else:  # each GPU's queries against every key of the sequence
             core = self.heads * tokens * self.seq * (v + drop * (1 + v))
         return (replicated / (tp if sp else 1)) + (split + core) / tp

@@ -150,6 +150,7 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
     tokens = ly.micro_batch * s / ly.cp  # one micro-batch's tokens on one GPU
     full = ly.recompute == "full"
     t = dict.fromkeys(TIME_PARTS, 0.0)
+    hidden = 0.0  # compute a micro-batch already spends hiding context-parallel sends
     if ly.tp > 1:
         lat, spb = _link(cluster, 1, ly.tp)
         t["tp"] = layers * (6 if full else 4) * collective_time("all_reduce", tokens * h * v, ly.tp, lat, spb)
@@ -161,6 +162,7 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
         core = 3 * model.core_forward_flops() * ly.micro_batch / (
             ly.tp * ly.cp * cluster.efficiency * cluster.peak_flops)
         t["cp"] = layers * max(0.0, comm - core)
+        hidden = layers * min(comm, core)
     if model.experts > 1 and ly.ep > 1:  # dispatch and combine, forward and backward
         lat, spb = _link(cluster, ly.tp * ly.cp, ly.ep)
         sent = tokens * model.top_k * h * v / (ly.tp if ly.sp else 1) * (ly.ep - 1) / ly.ep
@@ -174,7 +176,9 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
         lat, spb = _link(cluster, ly.gpus // ly.pp, ly.pp)
         hop = lat + tokens * h * v / ly.tp * spb  # scatter/gather: each of tp GPUs sends its slice
         t["pp"] = 2 * ((ly.virtual * ly.pp - 1) if ly.overlap else (mbs * ly.virtual + ly.pp - 1)) * hop
-    t["dp"] = max(_dp_time(cluster, ly, mbs, d[1], d[2], d[3], d[4], d[5]) for d in devices)
+    # ZeRO hides behind what is left of the slowest stage's forward and backward (a GPU with less
+    # work waits as long, its sends going on meanwhile), less what already hides context parallelism
+    t["dp"] = max(_dp_time(cluster, ly, mbs, fwd - hidden / 3, bwd - 2 * hidden / 3, *d[3:]) for d in devices)
     step = sum(t.values())
     total = sum(memory.values())
     fits = total <= cluster.memory_bytes
@@ -191,21 +195,19 @@ def _dp_time(cluster, ly, mbs, fwd, bwd, layers, dense_bytes, expert_bytes) -> f
     """Exposed seconds of ZeRO's (or DDP's) collectives over the dp x cp GPUs holding the same
     weights (experts' over dp x cp / ep). ``fwd``, ``bwd``: one micro-batch's compute seconds,
     behind which ``overlap`` hides the reductions (the last backward) and the gathers (the forward)."""
-    total = 0.0
+    ar = rs = ag = 0.0  # summed over the two groups, then hidden once behind the same compute
     for nbytes, group in ((dense_bytes, ly.dp * ly.cp), (expert_bytes, ly.dp * ly.cp // ly.ep)):
         if group == 1 or nbytes == 0:
             continue
         lat, spb = _link(cluster, ly.tp, group)
         msgs = max(1, layers) if ly.zero == 3 else 1
-        ar, rs, ag = (collective_time(op, nbytes, group, lat, spb, messages=msgs)
-                      for op in ("all_reduce", "reduce_scatter", "all_gather"))
-        hide_f, hide_b = (fwd, bwd) if ly.overlap else (0.0, 0.0)
-        if ly.zero == 0:
-            total += max(0.0, ar - hide_b)
-        elif ly.zero == 1:
-            total += max(0.0, rs - hide_b) + max(0.0, ag - hide_f)
-        elif ly.zero == 2:
-            total += mbs * max(0.0, rs - hide_b) + max(0.0, ag - hide_f)
-        else:
-            total += mbs * (max(0.0, ag - hide_f) + max(0.0, ag + rs - hide_b))
-    return total
+        ar, rs, ag = (old + collective_time(op, nbytes, group, lat, spb, messages=msgs)
+                      for old, op in ((ar, "all_reduce"), (rs, "reduce_scatter"), (ag, "all_gather")))
+    hide_f, hide_b = (fwd, bwd) if ly.overlap else (0.0, 0.0)
+    if ly.zero == 0:
+        return max(0.0, ar - hide_b)
+    if ly.zero == 1:
+        return max(0.0, rs - hide_b) + max(0.0, ag - hide_f)
+    if ly.zero == 2:
+        return mbs * max(0.0, rs - hide_b) + max(0.0, ag - hide_f)
+    return mbs * (max(0.0, ag - hide_f) + max(0.0, ag + rs - hide_b))
