@@ -35,3 +35,4 @@ from .sharding import (  # noqa: F401
     collective_time, sharded_step_time, zero3_hidden_from, segment_bounds, checkpointed_mlp_bytes,
     checkpoint_step_time,
 )
+from . import transformer  # noqa: F401  (part 8: theory.transformer.Shape, .parameters, .flops_per_step, ...)

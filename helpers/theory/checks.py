@@ -35,6 +35,13 @@ def at_least(name: str, value, least: float = 0.0):
     return value
 
 
+def positive(name: str, value):
+    """A rate or a size that divides: a finite number above zero (a peak, FLOP/s a GPU)."""
+    if np.any(_numbers(name, value) <= 0):
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return value
+
+
 def within(name: str, value, low: float, high: float):
     """A fraction or a bounded amount: a finite number in [low, high]."""
     a = _numbers(name, value)
