@@ -14,10 +14,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import transformer as tf
 from ..checks import at_least, one_of, whole, within
 
-RECOMPUTE = ("none", "selective", "full")  # Korthikanti et al. 2022: selective drops the s² core
+RECOMPUTE = tf.RECOMPUTE  # Korthikanti et al. 2022: selective drops the s² core
 VALUE_BYTES = 2  # bf16/fp16 activations, weights for compute, and gradients on the wire
+_MEMO: dict = {}  # (model, what, arguments) -> its value: a plan prices thousands of layouts of one model
+
+
+def _memo(key, compute):
+    """``compute()``, once per key: the formulas check their inputs, which costs more than the arithmetic."""
+    if key not in _MEMO:
+        if len(_MEMO) > 100_000:
+            _MEMO.clear()
+        _MEMO[key] = compute()
+    return _MEMO[key]
 
 
 @dataclass(frozen=True)
@@ -63,96 +74,124 @@ class Model:
         """Width of K (and of V): kv_heads x head_dim."""
         return self.kv_heads * (self.hidden // self.heads)
 
-    # --- parameters (counts) ---------------------------------------------------------------
-    def attention_params(self) -> int:
-        h, kv = self.hidden, self.kv_hidden
-        return 2 * h * h + 2 * h * kv + (2 * h + 2 * kv if self.biases else 0)
+    def shape(self, per_token: bool = False, seq: int | None = None) -> tf.Shape:
+        """Chapter 8.1's ``Shape`` of this model. ``per_token``: an MoE layer's top_k experts as one
+        MLP top_k times as wide, which is what a token meets (its FLOPs and activations)."""
+        f = self.mlp_hidden * (self.top_k if per_token else 1)
+        return tf.Shape(self.layers, self.hidden, self.heads, seq or self.seq, self.vocab,
+                        self.tied_embeddings, self.kv_heads, f, self.gated)
+
+    # --- parameters (counts): 8.1's ``parameters``, widened ---------------------------------
+    def _parts(self) -> dict:
+        return _memo((self, "parameters"), self._count)
+
+    def _count(self) -> dict:
+        p = dict(tf.parameters(self.shape()))
+        h, l, f, mats = self.hidden, self.layers, self.mlp_hidden, 3 if self.gated else 2
+        if not self.biases:  # no Linear biases; RMSNorm (one vector) for LayerNorm (two)
+            p["attention"] -= l * (2 * h + 2 * self.kv_hidden)
+            p["MLP"] -= l * ((mats - 1) * f + h)
+            p["LayerNorms"], p["final LayerNorm"] = l * 2 * h, h
+        if not self.learned_positions:
+            p["embeddings"] -= self.seq * h
+        if self.experts > 1:
+            p["MLP"] *= self.experts
+            p["router"] = l * h * self.experts
+        return p
 
     def expert_params(self) -> int:
         """One expert's MLP (the whole MLP when dense)."""
-        h, f, mats = self.hidden, self.mlp_hidden, 3 if self.gated else 2
-        return mats * h * f + ((mats - 1) * f + h if self.biases else 0)
+        return self._parts()["MLP"] // (self.layers * self.experts)
 
     def dense_layer_params(self) -> int:
         """A layer's parameters outside the experts: attention, norms, the router."""
-        norms = 4 * self.hidden if self.biases else 2 * self.hidden
-        router = self.hidden * self.experts if self.experts > 1 else 0
-        return self.attention_params() + norms + router
+        p = self._parts()
+        return (p["attention"] + p["LayerNorms"] + p.get("router", 0)) // self.layers
 
     def embedding_params(self) -> int:
-        """Token (and learned position) embeddings; an untied output head as much again."""
-        return self.vocab * self.hidden + (self.seq * self.hidden if self.learned_positions else 0)
+        """Token (and learned position) embeddings."""
+        return self._parts()["embeddings"]
 
     def head_params(self) -> int:
         """The final norm and, when untied, the output head."""
-        norm = 2 * self.hidden if self.biases else self.hidden
-        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+        p = self._parts()
+        return p["final LayerNorm"] + p.get("head", 0)
 
     def params(self) -> int:
         """All parameters: equation (2) of Narayanan et al. 2021 (+ the final norm) for their GPT."""
-        per_layer = self.dense_layer_params() + self.experts * self.expert_params()
-        return self.layers * per_layer + self.embedding_params() + self.head_params()
+        return sum(self._parts().values())
 
-    # --- FLOPs (counts, per sequence, forward) ----------------------------------------------
-    def layer_forward_flops(self) -> float:
-        """One layer's forward FLOPs for one sequence: 2 per multiply-add of each matmul a token
-        meets (its top_k experts only), and 4·s²·h for QKᵀ and the scores times V, counted whole
-        as Narayanan et al. count them (a causal kernel skips about half)."""
-        s, h, kv = self.seq, self.hidden, self.kv_hidden
-        attn = 2 * s * (2 * h * h + 2 * h * kv)
-        mlp = 2 * s * self.top_k * (3 if self.gated else 2) * h * self.mlp_hidden
-        router = 2 * s * h * self.experts if self.experts > 1 else 0
-        return float(attn + mlp + router + self.core_forward_flops())
-
-    def core_forward_flops(self) -> float:
-        """The attention core's forward FLOPs for one sequence (QKᵀ and scores x V): what
-        selective recomputation runs again."""
-        return 4.0 * self.seq ** 2 * self.hidden
-
+    # --- FLOPs (per sequence): 8.1's ``flops_terms``, plus the router --------------------------
     def logits_forward_flops(self) -> float:
         """The output layer's forward FLOPs for one sequence."""
         return 2.0 * self.seq * self.hidden * self.vocab
+
+    def core_forward_flops(self) -> float:
+        """The attention core's forward (QKᵀ and scores x V) for one sequence: what selective
+        recomputation runs again."""
+        return _memo((self, "core"), lambda: tf.flops_terms(self.shape(), 1, "selective")["recompute"] / self.layers)
+
+    def layer_forward_flops(self) -> float:
+        """One layer's forward FLOPs for one sequence (its top_k experts, and the router)."""
+        def count():
+            forward = tf.flops_terms(self.shape(per_token=True), 1)["forward"] - self.logits_forward_flops()
+            return forward / self.layers + (2.0 * self.seq * self.hidden * self.experts if self.experts > 1 else 0.0)
+        return _memo((self, "layer"), count)
 
     def training_flops(self, recompute: str = "none") -> float:
         """FLOPs of one sequence's forward and backward (backward twice the forward), with the
         forward of whatever ``recompute`` runs again: with "full", equation (3) of Narayanan et al."""
         one_of("recompute", recompute, RECOMPUTE)
-        again = {"none": 0.0, "selective": self.core_forward_flops(),
-                 "full": self.layer_forward_flops()}[recompute]
+        again = {"none": 0.0, "selective": self.core_forward_flops(), "full": self.layer_forward_flops()}[recompute]
         return self.layers * (3 * self.layer_forward_flops() + again) + 3 * self.logits_forward_flops()
 
-    # --- activations (bytes, per layer, one micro-batch on one GPU) -------------------------
+    # --- activations (bytes, one layer, one micro-batch, one GPU): 8.1's Korthikanti, widened ---
     def layer_activation_bytes(self, micro_batch: int, tp: int = 1, cp: int = 1, sp: bool = False,
                                flash: bool = True, recompute: str = "none") -> float:
-        """Bytes one layer keeps for its backward, for ``micro_batch`` sequences, on one of tp x cp GPUs.
+        """Bytes one layer keeps for its backward, ``micro_batch`` sequences, on one of tp x cp GPUs.
 
-        Korthikanti et al. 2022 (section 4), widened: per s·b·h, 4v for the two norms' inputs and
-        the inputs of QKV and of the MLP (1 byte more for each dropout mask); Q and the attention
-        output v each, K and V v·kv_hidden/h each; the MLP 2v·f/h (3v gated) for each of top_k
-        experts, plus the routed copy of the input (v·top_k) under MoE. The attention core keeps
-        a·s² scores (v, and 1 + v for dropout's mask and output) unless the attention is flash
-        (one fp32 log-sum-exp per head and token) or recomputed (``selective``). Tensor
-        parallelism splits all but the first group, unless sequence parallelism (``sp``) splits
-        that too; context parallelism splits the sequence. ``full`` keeps only the layer's input.
+        8.1's ``activation_terms`` (Korthikanti et al. 2022, section 4) for the standard layer of
+        this width, on the s / cp tokens one context-parallel GPU holds, then widened to what it
+        does not count: K and V at kv_hidden wide (grouped-query attention); the MLP's kept inputs
+        f wide (three of them gated, top_k experts' worth under MoE, beside the routed copy of the
+        layer's input); under context parallelism the scores of a GPU's queries against every key.
         """
-        one_of("recompute", recompute, RECOMPUTE)
-        for name, value in (("micro_batch", micro_batch), ("tp", tp), ("cp", cp)):
+        key = (self, "activations", micro_batch, tp, cp, sp, flash, recompute)
+        return _memo(key, lambda: self._activations(micro_batch, tp, cp, sp, flash, recompute))
+
+    def _activations(self, micro_batch, tp, cp, sp, flash, recompute) -> float:
+        for name, value in (("micro_batch", micro_batch), ("cp", cp)):
             whole(name, value)
-        v, h, kv, f, k = VALUE_BYTES, self.hidden, self.kv_hidden, self.mlp_hidden, self.top_k
-        tokens = micro_batch * self.seq / cp
+        one_of("recompute", recompute, RECOMPUTE)
+        v, h, t = VALUE_BYTES, self.hidden, tp
+        std = tf.Shape(self.layers, h, self.heads, self.seq // cp, self.vocab)
+        terms = tf.activation_terms(std, micro_batch, tp, sp, recompute, v, self.dropout,
+                                    "flash" if flash else "materialized")
         if recompute == "full":
-            return tokens * h * v / (tp if sp else 1)
-        drop = 1 if self.dropout else 0
-        replicated = tokens * h * (4 * v + 2 * drop)
-        mlp = tokens * k * f * v * (3 if self.gated else 2) + (tokens * h * v * k if self.experts > 1 else 0)
-        split = tokens * (2 * h * v + 2 * kv * v) + mlp
-        if recompute == "selective":
-            core = 0.0
-        elif flash:
-            core = tokens * self.heads * 4.0
-        else:  # each GPU's queries against every key of the sequence
-            core = self.heads * tokens * self.seq * (v + drop * (1 + v))
-        return (replicated / (tp if sp else 1)) + (split + core) / tp
+            return sum(terms.values())
+        sb = self.seq // cp * micro_batch
+        for k in ("softmax output", "softmax dropout mask", "attention dropout output"):
+            if k in terms:
+                terms[k] *= cp
+        terms["Q and K"] = v * sb * (h + self.kv_hidden) / t
+        terms["V"] = v * sb * self.kv_hidden / t
+        wide = v * sb * self.top_k * self.mlp_hidden / t
+        terms["GeLU input"], terms["GeLU output"] = wide, wide
+        if self.gated:
+            terms["gate output"] = wide
+        if self.experts > 1:
+            terms["routed input"] = v * sb * h * self.top_k / (t if sp else 1)
+        return sum(terms.values())
+
+    def outside_bytes(self, micro_batch: int, tp: int = 1, cp: int = 1, sp: bool = False) -> tuple[float, float]:
+        """(first stage's, last stage's) activations outside the layers: 8.1's ``outside_layers_terms``,
+        the embedding's dropout mask on the first, the head's inputs and the loss's fp32 on the last."""
+        def count():
+            std = tf.Shape(self.layers, self.hidden, self.heads, self.seq // cp, self.vocab)
+            terms = tf.outside_layers_terms(std, micro_batch, tp, sp, VALUE_BYTES, self.dropout)
+            first = terms.pop("embedding dropout mask", 0.0)
+            return first, sum(terms.values())
+        return _memo((self, "outside", micro_batch, tp, cp, sp), count)
 
 
 @dataclass(frozen=True)
@@ -229,7 +268,9 @@ class Layout:
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "virtual"):
-            whole(f"Layout.{name}", getattr(self, name))
+            value = getattr(self, name)  # checked by hand: a plan builds thousands of layouts
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Layout.{name} must be a whole number >= 1, got {value!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"Layout.zero must be 0, 1, 2 or 3 (ZeRO's stage), got {self.zero!r}")
         one_of("Layout.recompute", self.recompute, RECOMPUTE)

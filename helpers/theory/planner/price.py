@@ -23,9 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sharding import STAGES, collective_time, segment_bounds, sharded_state_bytes
+from ..sharding import STAGES, segment_bounds
+from ..sharding import collective_time as _collective_time
+from ..transformer import model_states
 from ..checks import whole
-from .model import VALUE_BYTES, Cluster, Layout, Model
+from .model import VALUE_BYTES, Cluster, Layout, Model, _memo
+
+
+def collective_time(op, nbytes, group, lat, spb, messages=1) -> float:
+    """6.2's ring model of one collective (``theory.sharding.collective_time``), remembered."""
+    key = ("collective", op, float(nbytes), group, lat, spb, messages)
+    return _memo(key, lambda: float(_collective_time(op, nbytes, group, lat, spb, messages=messages)))
 
 TIME_PARTS = ("compute", "bubble", "tp", "cp", "ep", "pp", "dp")
 
@@ -91,7 +99,8 @@ def _stage(model: Model, layout: Layout, rank: int) -> tuple[int, int]:
     """(layers, largest chunk's layers) of pipeline GPU ``rank``: the layers cut into pp x virtual
     chunks, the first ones a layer longer when they do not divide (``segment_bounds``); GPU r
     holds chunks r, r + pp, ..."""
-    sizes = [b - a for a, b in segment_bounds(model.layers, layout.pp * layout.virtual)]
+    sizes = [b - a for a, b in _memo(("bounds", model.layers, layout.pp * layout.virtual),
+                                     lambda: segment_bounds(model.layers, layout.pp * layout.virtual))]
     mine = sizes[rank::layout.pp]
     return sum(mine), max(mine)
 
@@ -109,7 +118,7 @@ def _device(model, cluster, ly, rank, mbs):
     stage = STAGES[ly.zero]
     memory = {}
     for n, group in ((dense, ly.dp * ly.cp), (experts, ly.dp * ly.cp // ly.ep)):
-        for kind, nbytes in sharded_state_bytes(n, group, stage, "adam", "master-weights").items():
+        for kind, nbytes in model_states(n, stage, group).items():
             memory[kind] = memory.get(kind, 0.0) + nbytes
     if ly.zero == 3:  # the layer at work and the next one gathered, and the working layer's gradient
         layer = (model.dense_layer_params() + model.experts * model.expert_params() / ly.ep) / t
@@ -124,8 +133,11 @@ def _device(model, cluster, ly, rank, mbs):
     memory["activations"] = act * in_flight
     if ly.recompute == "full":  # one layer at a time holds all of its activations again
         memory["recomputed layer"] = model.layer_activation_bytes(b, t, ly.cp, ly.sp, ly.flash, "none")
-    if last:
-        memory["logits"] = 4.0 * b * model.seq / ly.cp * model.vocab / t
+    outside = model.outside_bytes(b, t, ly.cp, ly.sp)
+    if first and ly.pp > 1:
+        memory["activations"] += outside[0] * min(mbs, ly.pp)
+    if last:  # the output layer's backward runs right after its forward: one micro-batch
+        memory["head and loss"] = outside[1] + (outside[0] if first else 0.0)
     memory["reserved"] = cluster.reserved_bytes
     rate = cluster.efficiency * cluster.peak_flops * t * ly.cp / b  # per sequence on this GPU's share
     again = {"none": 0.0, "selective": 0.0 if ly.flash else model.core_forward_flops(),
