@@ -287,3 +287,15 @@ def test_this_machine_prices_as_a_one_node_cluster():
     assert math.isclose(p.tokens_per_s, 8 * 128 / p.step_s)
     # one node: every group talks over the fitted ring
     assert cores.intra_bandwidth == cores.inter_bandwidth == 1 / seconds_per_byte
+
+
+def test_the_table_prints_every_row_and_the_machine_needs_its_ram(table):
+    from helpers import machine
+    from helpers.analysis import planner as analysis
+    text = analysis.markdown(table)
+    assert text.count("\n") == 1 + len(table) and "FAILS" not in text
+    fit = theory.AlphaBetaFit(latency=2e-4, bandwidth=2e9, latency_err=0, bandwidth_err=0)
+    cores = analysis.machine_cluster(machine.Machine(cores=8, memory=16 * 2 ** 30), fit, 8, 5e10)
+    assert cores.gpus == 8 and cores.memory_bytes == 2 * 2 ** 30
+    with pytest.raises(ValueError, match="RAM is not known"):
+        analysis.machine_cluster(machine.Machine(cores=8), fit, 8, 5e10)

@@ -13,7 +13,7 @@ parallelism's 4 all-reduces a layer and micro-batch (6 with full recomputation; 
 parallelism's reduce-scatter + all-gather cost the same) are never hidden (Narayanan et al. 2021,
 section 3.2); data parallelism's reductions hide behind the last micro-batch's backward when
 ``layout.overlap``; ZeRO-2 reduce-scatters and ZeRO-3 gathers every micro-batch (6.2's
-collectives). Memory is ZeRO's states (``theory.sharding.sharded_state_bytes``, 16-byte mixed
+collectives). Memory is ZeRO's states (8.1's ``model_states``: 6.2's ``sharded_state_bytes``, 16-byte mixed
 precision with Adam), the layer activations of ``Model.layer_activation_bytes`` for the
 micro-batches in flight (1F1B: pp - stage; interleaved as Megatron schedules it, Korthikanti et
 al. 2022 section 4.2.3), the output layer's fp32 logits, and ZeRO-3's gathered layers.
