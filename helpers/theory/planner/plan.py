@@ -22,7 +22,8 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int |
          zero=(0, 1, 2, 3), recompute=RECOMPUTE, micro_batches=(1, 2, 4, 8), virtual=(1, 2, 3, 4, 6, 8),
          cp=(1, 2, 4, 8), sp: bool = True, flash: bool = True, overlap: bool = True,
          tp_across_nodes: bool = False) -> list[Priced]:
-    """The meshes that fit, each priced at its fastest settings, fastest first (``top`` of them).
+    """The meshes that fit, each priced at its fastest settings, fastest first (``top`` of them;
+    on equal time the one needing less memory first); an empty list when none fits.
 
     The keyword arguments bound the search to what a software stack offers: ``zero`` the stages,
     ``recompute`` the kinds (in order of cost), ``micro_batches`` the micro-batch sizes
@@ -46,7 +47,7 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int |
                                   micro_batches, virtual, sp and tp > 1, flash, overlap)
                     if found is not None:
                         best[found.layout.mesh()] = found
-    ranked = sorted(best.values(), key=lambda p: p.step_s)
+    ranked = sorted(best.values(), key=lambda p: (p.step_s, p.memory_bytes))  # a tie: the roomier first
     return ranked if top is None else ranked[:top]
 
 
@@ -62,7 +63,7 @@ def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp,
                         break
                     priced = price(model, cluster, ly, tokens)
                     if priced.fits:
-                        if best is None or priced.step_s < best.step_s:
+                        if best is None or (priced.step_s, priced.memory_bytes) < (best.step_s, best.memory_bytes):
                             best = priced
                         break
     return best
