@@ -1,0 +1,45 @@
+"""The planner of chapter 8.5 against Narayanan et al. 2021, Table 1 (issue 28), row by row.
+
+Pure arithmetic, no run: every row's published layout priced (memory, teraFLOP/s per GPU) and
+ranked among the meshes the planner finds with Megatron-LM 2021's options; the range of the one
+compute efficiency over which every row passes; and, unchecked by any run, what the planner picks
+for each row with today's options (ZeRO, selective or no recomputation, flash attention, sequence
+and context parallelism, overlapped reductions).
+
+Writes bench/results/planner.md and prints it.
+
+    python bench/planner.py
+"""
+from __future__ import annotations
+
+import report
+from helpers.analysis import planner as analysis
+from helpers.theory.planner import plan, published
+
+
+def today(row) -> str:
+    model, cluster = published.model_of(row), published.selene(row[6])
+    best = plan(model, cluster, row[7] * published.SEQ, top=1)[0]
+    mine = published.published_layout(row, model, cluster)
+    ly = best.layout
+    tflops = published.equation_3_flops(model, row[7]) / (row[6] * best.step_s) / 1e12
+    return (f"| {row[0]:g}B | d={ly.dp} t={ly.tp} p={ly.pp} cp={ly.cp} | ZeRO-{ly.zero} | {ly.recompute} "
+            f"| b={ly.micro_batch} v={ly.virtual} | {best.memory_bytes / published.GiB:.1f} "
+            f"| {mine.step_s / best.step_s:.2f} | {tflops:.0f} |")
+
+
+def main() -> None:
+    rows = analysis.narayanan_table()
+    room = analysis.passing_efficiencies()
+    lines = [f"Efficiency {published.EFFICIENCY} of {published.PEAK_FLOPS / 1e12:g} TFLOP/s for every row; "
+             f"{sum(r.passes for r in rows)} of {len(rows)} rows pass.", "", analysis.markdown(rows), "",
+             f"Every row passes for efficiencies {min(room):.2f}-{max(room):.2f} (steps of 0.01)." if room
+             else "No single efficiency in 0.40-0.60 passes every row.", "",
+             "| model | today's best mesh | ZeRO | recompute | micro-batch, chunks | memory GiB "
+             "| 2021 step / this step | eq. 3 TFLOP/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
+             *[today(row) for row in published.TABLE_1]]
+    print(report.write("planner", lines))
+
+
+if __name__ == "__main__":
+    main()

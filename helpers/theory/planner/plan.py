@@ -1,0 +1,77 @@
+"""Every layout of a model on a cluster, priced and ranked: the planner's search.
+
+A layout is ranked by its mesh (dp, tp, pp, cp, ep), each mesh at its fastest settings (ZeRO
+stage, recomputation, micro-batch size, interleaving) among those that fit. Recomputation is
+tried from none to full and stops at the first that fits: at one ZeRO stage, recomputing more
+only adds time. Tensor parallelism stays inside a node unless ``tp_across_nodes``: its
+all-reduces run in every layer, on the critical path.
+"""
+from __future__ import annotations
+
+from ..checks import whole
+from .model import RECOMPUTE, Cluster, Layout, Model
+from .price import Priced, check, price
+
+
+def divisors(n: int) -> list[int]:
+    whole("n", n)
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int | None = None,
+         zero=(0, 1, 2, 3), recompute=RECOMPUTE, micro_batches=(1, 2, 4, 8), virtual=(1, 2, 3, 4, 6, 8),
+         cp=(1, 2, 4, 8), sp: bool = True, flash: bool = True, overlap: bool = True,
+         tp_across_nodes: bool = False) -> list[Priced]:
+    """The meshes that fit, each priced at its fastest settings, fastest first (``top`` of them;
+    on equal time the one needing less memory first); an empty list when none fits.
+
+    The keyword arguments bound the search to what a software stack offers: ``zero`` the stages,
+    ``recompute`` the kinds (in order of cost), ``micro_batches`` the micro-batch sizes
+    (sequences), ``virtual`` the model chunks per pipeline GPU, ``cp`` the context-parallel
+    degrees; ``sp``, ``flash`` and ``overlap`` as in ``Layout``.
+    """
+    whole("global_batch_tokens", global_batch_tokens)
+    order = [r for r in RECOMPUTE if r in recompute]
+    if not order or not zero:
+        raise ValueError("plan needs at least one recompute kind and one ZeRO stage to try")
+    n, best = cluster.gpus, {}
+    for tp in divisors(n):
+        if tp > cluster.gpus_per_node and not tp_across_nodes:
+            continue
+        for c in (c for c in cp if (n // tp) % c == 0 and n % tp == 0):
+            for pp in (p for p in divisors(n // (tp * c)) if p <= model.layers):
+                dp = n // (tp * c * pp)
+                eps = [e for e in divisors(model.experts) if (dp * c) % e == 0] if model.experts > 1 else [1]
+                for ep in eps:
+                    found = _best(model, cluster, global_batch_tokens, (dp, tp, pp, c, ep), zero, order,
+                                  micro_batches, virtual, sp and tp > 1, flash, overlap)
+                    if found is not None:
+                        best[found.layout.mesh()] = found
+    ranked = sorted(best.values(), key=lambda p: (p.step_s, p.memory_bytes))  # a tie: the roomier first
+    return ranked if top is None else ranked[:top]
+
+
+def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp, flash, overlap):
+    dp, tp, pp, c, ep = mesh
+    best = None
+    for b in micro_batches:
+        for v in (v for v in virtual if v == 1 or pp > 1):
+            for z in zero:
+                for r in order:
+                    ly = Layout(dp, tp, pp, c, ep, z, r, b, v, sp, flash, overlap)
+                    if check(model, cluster, ly, tokens):
+                        break
+                    priced = price(model, cluster, ly, tokens)
+                    if priced.fits:
+                        if best is None or (priced.step_s, priced.memory_bytes) < (best.step_s, best.memory_bytes):
+                            best = priced
+                        break
+    return best
+
+
+def rank_of(ranked: list[Priced], mesh: tuple) -> int | None:
+    """1-based place of ``mesh`` (dp, tp, pp, cp, ep) in a ranking, or None if it is not there."""
+    for i, p in enumerate(ranked, 1):
+        if p.layout.mesh() == tuple(mesh):
+            return i
+    return None

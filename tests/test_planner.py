@@ -1,0 +1,301 @@
+"""The planner of chapter 8.5 (helpers/theory/planner), checked three ways: its arithmetic against
+the papers it comes from, its predictions against Narayanan et al. 2021's Table 1, and itself
+against properties that must hold whatever the model and cluster (random ones, seeded)."""
+import dataclasses
+import math
+import random
+
+import pytest
+
+from helpers import theory
+from helpers.theory import planner
+from helpers.theory.planner import Cluster, Layout, Model, check, plan, price, published
+
+GPT_1T = published.model_of(published.TABLE_1[-1])
+
+
+def a100s(gpus=8, **kw):
+    return dataclasses.replace(published.selene(gpus), **kw)
+
+
+# --- The arithmetic, against the papers ------------------------------------------------------
+
+@pytest.mark.parametrize("row", published.TABLE_1, ids=lambda r: f"{r[0]}B")
+def test_parameters_are_narayanan_equation_2_and_table_1(row):
+    """Narayanan et al. 2021, eq. (2): P = 12 l h² (1 + 13/12h + (V + s)/12 l h); Table 1's
+    parameter column is P in billions, to one decimal. The planner adds the final LayerNorm's 2h."""
+    m = published.model_of(row)
+    l, h, s, v = m.layers, m.hidden, m.seq, m.vocab
+    assert m.params() == 12 * l * h * h + 13 * l * h + (v + s) * h + 2 * h
+    assert round(m.params() / 1e9, 1) == row[0]
+    # chapter 2's count of the same GPT (theory.memory) agrees
+    assert m.params() == theory.transformer_params(l, h, v, s)
+
+
+@pytest.mark.parametrize("row", published.TABLE_1[::3], ids=lambda r: f"{r[0]}B")
+def test_flops_with_recomputation_are_narayanan_equation_3(row):
+    """Eq. (3): F = 96 B s l h² (1 + s/6h + V/16 l h) per step, recomputation's forward included."""
+    m, batch = published.model_of(row), row[7]
+    assert batch * m.training_flops("full") == pytest.approx(published.equation_3_flops(m, batch), rel=1e-12)
+    # without recomputation a step is three forwards, not four (the logits are never recomputed)
+    assert m.training_flops("none") < m.training_flops("full") < 4 / 3 * m.training_flops("none")
+
+
+def test_activations_are_korthikanti_equations():
+    """Korthikanti et al. 2022, section 4: per layer, 16-bit values and 1-byte dropout masks,
+    s b h (34 + 5 a s / h) unsplit (eq. 1); with tensor parallelism s b h (10 + 24/t + 5 a s / h t)
+    (eq. 2); with sequence parallelism too s b h / t (34 + 5 a s / h) (eq. 3); selective
+    recomputation s b h 34 / t (eq. 4); full recomputation keeps the layer's input, 2 s b h."""
+    m = GPT_1T
+    s, b, h, a = m.seq, 2, m.hidden, m.heads
+    act = lambda **kw: m.layer_activation_bytes(b, flash=False, **kw)  # noqa: E731
+    assert act() == pytest.approx(s * b * h * (34 + 5 * a * s / h))
+    assert act(tp=8) == pytest.approx(s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
+    assert act(tp=8, sp=True) == pytest.approx(s * b * h / 8 * (34 + 5 * a * s / h))
+    assert act(tp=8, sp=True, recompute="selective") == pytest.approx(s * b * h * 34 / 8)
+    assert act(recompute="full") == 2 * s * b * h
+    # and chapter 2's count of the same layer (theory.memory, Korthikanti's itemization)
+    assert act() * m.layers == pytest.approx(
+        theory.transformer_activation_bytes(b, s, h, m.layers, a, precision="autocast"))
+    # flash attention keeps no s² scores: one fp32 log-sum-exp per head and token instead
+    assert m.layer_activation_bytes(b) == pytest.approx(s * b * h * 34 + 4 * a * s * b)
+
+
+@pytest.mark.parametrize("name, model, published_params", [
+    # Touvron et al. 2023 (Llama 2), released checkpoints' parameter counts
+    ("Llama 2 7B: gated MLP, RMSNorm, no biases, untied", dict(layers=32, hidden=4096, heads=32,
+     mlp_hidden=11008), 6_738_415_616),
+    ("Llama 2 70B: grouped-query attention, 8 KV heads", dict(layers=80, hidden=8192, heads=64, kv_heads=8,
+     mlp_hidden=28672), 68_976_648_192),
+    # Jiang et al. 2024 (Mixtral of Experts): 8 experts, 2 a token, 47B in all
+    ("Mixtral 8x7B", dict(layers=32, hidden=4096, heads=32, kv_heads=8, mlp_hidden=14336, experts=8, top_k=2),
+     46_702_792_704),
+])
+def test_current_architectures_count_their_published_parameters(name, model, published_params):
+    m = Model(seq=4096, vocab=32000, gated=True, tied_embeddings=False, learned_positions=False,
+              biases=False, **model)
+    assert m.params() == published_params, name
+
+
+def test_gqa_and_gating_change_what_they_should():
+    base = Model(layers=4, hidden=1024, heads=16, seq=1024, vocab=1000)
+    gqa = dataclasses.replace(base, kv_heads=2)
+    assert base.params() - gqa.params() == 4 * (2 * 1024 * (1024 - 128) + 2 * (1024 - 128))
+    assert gqa.layer_activation_bytes(1) < base.layer_activation_bytes(1)
+    gated = dataclasses.replace(base, gated=True)
+    assert gated.expert_params() - base.expert_params() == 1024 * 4096 + 4096
+
+
+def test_a_pipeline_without_communication_idles_as_chapter_6_1_says():
+    """Free links: the bubble's share of a step is 6.1's interleaved_bubble_fraction(p, m, v)."""
+    for pp, v, batch in ((4, 1, 64), (8, 2, 128), (16, 4, 256)):
+        free = a100s(8 * pp, intra_bandwidth=1e30, inter_bandwidth=1e30, intra_latency_s=0.0, inter_latency_s=0.0)
+        p = price(GPT_1T, free, Layout(dp=1, tp=8, pp=pp, virtual=v, recompute="full"), batch * 2048)
+        share = p.time["bubble"] / (p.time["bubble"] + p.time["compute"])
+        assert share == pytest.approx(float(theory.interleaved_bubble_fraction(pp, p.micro_batches, v)))
+
+
+def test_interleaving_holds_korthikanti_s_extra_activations():
+    """Korthikanti et al. 2022, 4.2.3: the first stage of an interleaved schedule holds
+    L (1 + (p - 1) / (p v)) layers' activations (L for plain 1F1B), full recomputation."""
+    m, c = dataclasses.replace(GPT_1T, dropout=False), a100s(512)  # no embedding dropout mask beside
+    for v in (1, 2):
+        p = price(m, c, Layout(dp=1, tp=8, pp=64, virtual=v, recompute="full"), 1024 * 2048)
+        per_layer = m.layer_activation_bytes(1, 8, recompute="full")
+        factor = 1 + (64 - 1) / (64 * v) if v > 1 else 1
+        assert p.memory["activations"] == pytest.approx(m.layers * per_layer * factor)
+
+
+def test_uneven_stages_are_priced_by_the_fuller_one():
+    m = dataclasses.replace(GPT_1T, layers=130)  # 130 over 64 stages: the first two hold 3
+    even = price(GPT_1T, a100s(512), Layout(dp=1, tp=8, pp=64, recompute="full"), 512 * 2048)
+    uneven = price(m, a100s(512), Layout(dp=1, tp=8, pp=64, recompute="full"), 512 * 2048)
+    layer, logits = 4 * GPT_1T.layer_forward_flops(), 3 * GPT_1T.logits_forward_flops()
+    # even: the last stage is the slower (2 layers and the output layer); uneven: the first (3 layers)
+    assert uneven.time["compute"] / even.time["compute"] == pytest.approx(3 * layer / (2 * layer + logits))
+
+
+# --- Refusals -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout, tokens, says", [
+    (Layout(dp=1, tp=3), 2048, "dp x tp x pp x cp = 3"),
+    (Layout(dp=1, tp=8), 2048 + 1, "not whole sequences"),
+    (Layout(dp=8), 4 * 2048, "do not split into 8 replicas"),
+    (Layout(dp=1, pp=8, virtual=32), 64 * 2048, "cannot fill 8 stages x 32 chunks"),
+    (Layout(dp=8, virtual=2), 64 * 2048, "needs a pipeline"),
+    (Layout(dp=1, pp=8, virtual=2), 12 * 2048, "multiple of pp"),
+])
+def test_layouts_that_do_not_divide_are_refused_with_the_reason(layout, tokens, says):
+    m = Model(layers=128, hidden=1536, heads=12, seq=2048, vocab=51200)
+    assert check(m, a100s(8), Layout(dp=4, cp=2), 64 * 2048) == ""
+    assert says in check(m, a100s(8), layout, tokens)
+    with pytest.raises(ValueError, match=says.split(" ")[0]):
+        price(m, a100s(8), layout, tokens)
+
+
+def test_bad_models_clusters_and_layouts_are_one_value_error_each():
+    with pytest.raises(ValueError, match="kv_heads"):
+        Model(layers=2, hidden=64, heads=4, kv_heads=3, seq=8, vocab=10)
+    with pytest.raises(ValueError, match="top_k"):
+        Model(layers=2, hidden=64, heads=4, seq=8, vocab=10, experts=2, top_k=3)
+    with pytest.raises(ValueError, match="do not fill nodes"):
+        Cluster(12, 8, 1e9, 1e12, 1e9, 1e9, 0, 0)
+    with pytest.raises(ValueError, match="efficiency"):
+        a100s(8, efficiency=1.5)
+    with pytest.raises(ValueError, match="zero"):
+        Layout(dp=1, zero=4)
+    with pytest.raises(ValueError, match="recompute"):
+        Layout(dp=1, recompute="some")
+    with pytest.raises(ValueError, match="tp = 8 does not divide 12 heads"):
+        price(Model(layers=2, hidden=96, heads=12, seq=8, vocab=10), a100s(8), Layout(dp=1, tp=8), 8)
+
+
+def test_a_layout_that_does_not_fit_says_by_how_much_and_in_what():
+    p = price(GPT_1T, a100s(64), Layout(dp=1, tp=8, pp=8), 64 * 2048)
+    assert not p.fits and p.memory_bytes > 80 * 2 ** 30
+    assert p.why_not.startswith("needs ") and "activations" in p.why_not and "optimizer states" in p.why_not
+    assert price(GPT_1T, a100s(3072), Layout(dp=6, tp=8, pp=64, recompute="full"), 3072 * 2048).fits
+
+
+# --- Against Narayanan et al. 2021, Table 1 ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def table():
+    return published.compare()
+
+
+def test_every_row_of_table_1_is_predicted_within_25_percent_and_ranked_near_the_top(table):
+    """For every row: the published layout fits in 80 GB; its predicted teraFLOP/s per GPU is within
+    25% of the published one, at one efficiency for all rows (published.EFFICIENCY); and it is among
+    the planner's five best meshes or within 15% of the best's predicted step."""
+    assert len(table) == 10 and published.EFFICIENCY == 0.5
+    failures = [(r.billions, r.error, r.memory_gib, r.rank, r.slower_than_best) for r in table if not r.passes]
+    assert failures == []
+    assert {(r.tp, r.pp, r.gpus, r.batch) for r in table} == {(t[4], t[5], t[6], t[7]) for t in published.TABLE_1}
+
+
+def test_table_1_as_transcribed_is_self_consistent():
+    """Each row's % of peak is its teraFLOP/s over 312, and its aggregate (not kept) n x X."""
+    for row in published.TABLE_1:
+        assert round(100 * row[8] / 312) == pytest.approx(row[9], abs=1)
+        assert row[6] % (row[4] * row[5]) == 0 and row[7] % (row[6] // (row[4] * row[5])) == 0
+
+
+def test_the_model_misses_what_grows_with_size_and_says_so(table):
+    """One efficiency for all rows leaves a trend the planner does not model: larger GEMMs run
+    closer to peak (the paper's "super-linear scaling"). Small models come out fast, large slow."""
+    assert table[0].error > 0 > table[-1].error
+
+
+# --- Against itself: properties over random models and clusters --------------------------------
+
+def _random_case(rnd):
+    heads = rnd.choice([1, 2, 4, 8, 16, 32])
+    model = Model(layers=rnd.randint(1, 48), hidden=heads * rnd.choice([16, 32, 64, 128]), heads=heads,
+                  kv_heads=rnd.choice([k for k in (1, 2, 4, 8, 16, 32) if heads % k == 0]),
+                  seq=rnd.choice([128, 512, 2048, 8192]), vocab=rnd.randint(100, 100_000),
+                  mlp_hidden=rnd.choice([None, 1024, 3 * 1024]), gated=rnd.random() < 0.5,
+                  experts=rnd.choice([1, 1, 4, 8]), top_k=1, dropout=rnd.random() < 0.5)
+    per_node = rnd.choice([1, 2, 4, 8])
+    cluster = Cluster(per_node * rnd.choice([1, 2, 4, 8]), per_node, rnd.uniform(1, 100) * 1e9,
+                      rnd.uniform(1e12, 1e15), rnd.uniform(1e9, 1e12), rnd.uniform(1e8, 1e11),
+                      rnd.uniform(0, 1e-4), rnd.uniform(0, 1e-4), rnd.uniform(0.05, 1))
+    n = cluster.gpus
+    for _ in range(100):
+        tp = rnd.choice(planner.divisors(n))
+        pp = rnd.choice(planner.divisors(n // tp))
+        cp = rnd.choice(planner.divisors(n // (tp * pp)))
+        dp = n // (tp * pp * cp)
+        ep = rnd.choice([e for e in planner.divisors(model.experts) if (dp * cp) % e == 0])
+        layout = Layout(dp, tp, pp, cp, ep, rnd.randint(0, 3), rnd.choice(planner.RECOMPUTE),
+                        rnd.choice([1, 2, 4]), rnd.choice([1, 2]) if pp > 1 else 1, rnd.random() < 0.5,
+                        rnd.random() < 0.5, rnd.random() < 0.5)
+        tokens = model.seq * dp * layout.micro_batch * pp * rnd.choice([1, 2, 4])
+        if not check(model, cluster, layout, tokens):
+            return model, cluster, layout, tokens
+    return None
+
+
+CASES = [c for c in (_random_case(random.Random(seed)) for seed in range(300)) if c is not None]
+
+
+def test_enough_random_cases_divide():
+    assert len(CASES) > 200
+
+
+@pytest.mark.parametrize("case", CASES[:120], ids=lambda c: f"{c[2].mesh()}")
+def test_monotone_where_it_must_be(case):
+    model, cluster, layout, tokens = case
+    base = price(model, cluster, layout, tokens)
+    assert base.step_s > 0 and base.memory_bytes > 0 and all(t >= 0 for t in base.time.values())
+    # more memory never makes a layout not fit, and never changes its time
+    more = price(model, dataclasses.replace(cluster, memory_bytes=cluster.memory_bytes * 2), layout, tokens)
+    assert more.fits >= base.fits and more.step_s == base.step_s
+    # a faster link, lower latency, more FLOP/s or a better efficiency never make a step slower
+    for change in (dict(intra_bandwidth=cluster.intra_bandwidth * 3), dict(inter_bandwidth=cluster.inter_bandwidth * 3),
+                   dict(intra_latency_s=cluster.intra_latency_s / 2), dict(inter_latency_s=0.0),
+                   dict(peak_flops=cluster.peak_flops * 2), dict(efficiency=min(1.0, cluster.efficiency * 1.5))):
+        faster = price(model, dataclasses.replace(cluster, **change), layout, tokens)
+        assert faster.step_s <= base.step_s * (1 + 1e-12), change
+        assert faster.memory_bytes == base.memory_bytes
+    # more micro-batches (a bigger batch, the same micro-batch) never increase the bubble's share
+    bigger = price(model, cluster, layout, tokens * 2)
+    assert bigger.time["bubble"] / bigger.step_s <= base.time["bubble"] / base.step_s + 1e-12
+    # recomputing more never takes more memory nor less time; flash and sp never take more memory
+    order = [price(model, cluster, dataclasses.replace(layout, recompute=r), tokens) for r in planner.RECOMPUTE]
+    assert all(a.memory["activations"] >= b.memory["activations"] for a, b in zip(order, order[1:]))
+    assert all(a.step_s <= b.step_s * (1 + 1e-12) for a, b in zip(order, order[1:]))
+    for flag in ("flash", "sp"):
+        on, off = (price(model, cluster, dataclasses.replace(layout, recompute="none", **{flag: x}), tokens)
+                   for x in (True, False))
+        assert on.memory["activations"] <= off.memory["activations"]
+    # each ZeRO stage keeps no more model states than the one before
+    states = [sum(v for k, v in price(model, cluster, dataclasses.replace(layout, zero=z), tokens).memory.items()
+                  if k in ("parameters", "gradients", "optimizer states")) for z in range(4)]
+    assert all(a >= b * (1 - 1e-12) for a, b in zip(states, states[1:]))
+
+
+@pytest.mark.parametrize("case", CASES[:12], ids=lambda c: f"{c[1].gpus} GPUs")
+def test_plan_ranks_fitting_meshes_fastest_first(case):
+    model, cluster, layout, tokens = case
+    ranked = plan(model, cluster, tokens, micro_batches=(1, 2), virtual=(1, 2), cp=(1, 2))
+    assert all(p.fits for p in ranked)
+    assert [p.step_s for p in ranked] == sorted(p.step_s for p in ranked)
+    assert len({p.layout.mesh() for p in ranked}) == len(ranked)
+    # a mesh's entry is no slower than any of its settings the search tried
+    if layout.micro_batch in (1, 2) and layout.cp in (1, 2) and layout.sp == (layout.tp > 1):
+        mine = price(model, cluster, dataclasses.replace(layout, flash=True, overlap=True), tokens)
+        if mine.fits and planner.rank_of(ranked, layout.mesh()):
+            entry = ranked[planner.rank_of(ranked, layout.mesh()) - 1]
+            assert entry.step_s <= mine.step_s * (1 + 1e-12)
+    # more memory never shrinks what fits
+    roomier = plan(model, dataclasses.replace(cluster, memory_bytes=cluster.memory_bytes * 4), tokens,
+                   micro_batches=(1, 2), virtual=(1, 2), cp=(1, 2))
+    assert {p.layout.mesh() for p in ranked} <= {p.layout.mesh() for p in roomier}
+
+
+# --- This machine as a cluster ----------------------------------------------------------------------
+
+def test_this_machine_prices_as_a_one_node_cluster():
+    """Chapter 8.4's held-out check: ranks of this machine's cores, links from 4.2's gloo fit."""
+    fit = theory.AlphaBetaFit(latency=2e-4, bandwidth=2e9, latency_err=0, bandwidth_err=0)
+    step_latency, seconds_per_byte = theory.ring_from_fit(fit, 8)
+    cores = planner.machine_cluster(8, 2 * 2 ** 30, 5e10, step_latency, seconds_per_byte)
+    gpt = Model(layers=4, hidden=128, heads=4, seq=128, vocab=256)  # helpers.gpt's "gpt-tiny" shape
+    p = price(gpt, cores, Layout(dp=2, tp=2, pp=2, sp=True, overlap=False), 8 * 128)
+    assert p.fits and p.time["tp"] > 0 and p.time["pp"] > 0 and p.time["dp"] > 0
+    assert math.isclose(p.tokens_per_s, 8 * 128 / p.step_s)
+    # one node: every group talks over the fitted ring
+    assert cores.intra_bandwidth == cores.inter_bandwidth == 1 / seconds_per_byte
+
+
+def test_the_table_prints_every_row_and_the_machine_needs_its_ram(table):
+    from helpers import machine
+    from helpers.analysis import planner as analysis
+    text = analysis.markdown(table)
+    assert text.count("\n") == 1 + len(table) and "FAILS" not in text
+    fit = theory.AlphaBetaFit(latency=2e-4, bandwidth=2e9, latency_err=0, bandwidth_err=0)
+    cores = analysis.machine_cluster(machine.Machine(cores=8, memory=16 * 2 ** 30), fit, 8, 5e10)
+    assert cores.gpus == 8 and cores.memory_bytes == 2 * 2 ** 30
+    with pytest.raises(ValueError, match="RAM is not known"):
+        analysis.machine_cluster(machine.Machine(cores=8), fit, 8, 5e10)
