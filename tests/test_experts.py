@@ -32,7 +32,7 @@ def test_dropped_tokens_and_imbalance_by_hand():
     assert theory.dropped_tokens([3, 2, 1], 2) == 1
     assert theory.dropped_tokens([[4, 1, 1], [2, 2, 2]], 2) == 2  # summed over layers
     assert theory.dropped_tokens([0, 0], 0) == 0
-    np.testing.assert_allclose(theory.imbalance([[3, 2, 1], [2, 2, 2], [6, 0, 0]]), [1.5, 1.0, 3.0])
+    np.testing.assert_allclose(theory.expert_imbalance([[3, 2, 1], [2, 2, 2], [6, 0, 0]]), [1.5, 1.0, 3.0])
 
 
 def test_switch_load_balancing_loss_by_hand():
@@ -93,7 +93,7 @@ def test_moe_parameters_are_the_built_models():
     (lambda: theory.expert_capacity(10, 4, 1, 0), "capacity_factor"),
     (lambda: theory.expert_capacity(0, 4), "tokens"),
     (lambda: theory.dropped_tokens([1.5, 2], 1), "loads"),
-    (lambda: theory.imbalance([0, 0]), "some load"),
+    (lambda: theory.expert_imbalance([0, 0]), "some load"),
     (lambda: theory.load_balancing_loss([0.5, 0.5], [1.0]), "one length"),
     (lambda: theory.load_balancing_loss([0.5, 0.6], [0.5, 0.5]), "sum to 1"),
     (lambda: theory.routing_aux_loss([[2]], [[0.5, 0.5]]), "expert ids"),
@@ -200,7 +200,7 @@ def test_ep_by_dp_on_four_ranks_trains_like_one_process():
 
 def test_training_and_the_sweep_run_small():
     trained = helpers.launch(ex.train, nprocs=1, steps=6, alphas=(0.0, 0.1), show=None)[0]
-    rows = [analysis.balance(trained, a) for a in (0.0, 0.1)]
+    rows = [analysis.expert_balance(trained, a) for a in (0.0, 0.1)]
     assert all(r["last_loss"] < r["first_loss"] for r in rows)
     assert rows[0]["first_imbalance"] == rows[1]["first_imbalance"]
     swept = helpers.launch(ex.alltoall_sweep, nprocs=2, sizes=[4096, 65536], budget_bytes=2**20, min_repeats=3,

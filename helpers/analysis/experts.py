@@ -11,7 +11,7 @@ from ..training import median
 from .communication import AllreduceFit, fit_allreduce
 
 
-def balance(train: dict, alpha: float, capacity_factors=(1.0, 1.25, 1.5, 2.0), ranks: int = 2) -> dict:
+def expert_balance(train: dict, alpha: float, capacity_factors=(1.0, 1.25, 1.5, 2.0), ranks: int = 2) -> dict:
     """One run of ``experts.train``, judged on its second half (the router has learnt by then):
     the mean imbalance (busiest expert over the mean, per layer and step), the same for ``ranks``
     expert-parallel ranks holding E/ranks experts each, the slots dropped at the run's own capacity,
@@ -26,12 +26,12 @@ def balance(train: dict, alpha: float, capacity_factors=(1.0, 1.25, 1.5, 2.0), r
     tokens, experts, k = train["tokens"], train["experts"], train["k"]
     what_if = {c: theory.dropped_tokens(half, theory.expert_capacity(tokens, experts, k, c)) / slots
                for c in capacity_factors}
-    return {"alpha": alpha, "imbalance": float(theory.imbalance(half).mean()),
-            "rank_imbalance": float(theory.imbalance(per_rank).mean()), "ranks": ranks,
-            "first_imbalance": float(theory.imbalance(loads[0]).mean()),
+    return {"alpha": alpha, "imbalance": float(theory.expert_imbalance(half).mean()),
+            "rank_imbalance": float(theory.expert_imbalance(per_rank).mean()), "ranks": ranks,
+            "first_imbalance": float(theory.expert_imbalance(loads[0]).mean()),
             "dropped": float((half - np.asarray(counts)[len(loads) // 2:]).sum() / slots),
             "what_if": what_if, "first_loss": run["losses"][0], "last_loss": float(np.mean(run["losses"][-5:])),
-            "last_loads": loads[-1].tolist(), "imbalance_by_step": theory.imbalance(loads).mean(-1).tolist()}
+            "last_loads": loads[-1].tolist(), "imbalance_by_step": theory.expert_imbalance(loads).mean(-1).tolist()}
 
 
 def uniform_dropped(train: dict, capacity_factors) -> dict[float, float]:

@@ -11,7 +11,7 @@ RUNS = ("tab:red", "tab:blue")  # without the auxiliary loss, with it
 
 
 def balance(rows: list[dict], uniform: dict[float, float], capacity: int):
-    """Three panels from ``analysis.balance`` rows (one per alpha): each expert's tokens at the last
+    """Three panels from ``analysis.expert_balance`` rows (one per alpha): each expert's tokens at the last
     step, per layer, against the capacity; the imbalance over training; and the share of slots each
     capacity factor drops, beside what a uniformly random router would drop."""
     fig, (bars, trend, drops) = plt.subplots(1, 3, figsize=(10, 3.2))

@@ -41,7 +41,7 @@ from .sharding import (  # noqa: F401
 )
 from . import transformer  # noqa: F401  (part 8: theory.transformer.Shape, .parameters, .flops_per_step, ...)
 from .experts import (  # noqa: F401
-    expert_capacity, dropped_tokens, imbalance, load_balancing_loss, routing_aux_loss, binomial_overflow,
+    expert_capacity, dropped_tokens, expert_imbalance, load_balancing_loss, routing_aux_loss, binomial_overflow,
     expected_dropped_fraction, ep_message_bytes, alltoall_sent_fraction, alltoall_time, moe_alltoalls,
     moe_params,
 )

@@ -31,7 +31,7 @@ def dropped_tokens(loads, capacity: int) -> int:
     return int(np.maximum(0, loads - capacity).sum())
 
 
-def imbalance(loads) -> np.ndarray:
+def expert_imbalance(loads) -> np.ndarray:
     """The busiest expert's load over the mean load, along the last axis: 1 is perfect balance,
     E is every slot on one expert. A step's time on expert-parallel ranks follows the busiest."""
     loads = np.asarray(loads, dtype=float)
