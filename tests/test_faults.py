@@ -273,6 +273,9 @@ def test_most_ranks_by_hand(m, most):
 @pytest.mark.parametrize("name, m", list(plans.PROFILES.items()), ids=list(plans.PROFILES))
 def test_the_bound_refuses_no_launch_of_the_book(name, m):
     for each in (m, dataclasses.replace(m, memory=m.cores * 2**30)):  # and with 1 GB a core
-        jobs = [n for ns in plans.CHAPTER_JOBS.values() for n in ns]
+        # 8.4's mesh is 8 ranks wherever it runs: under 2 GB of memory, launch refuses it in one line
+        # that gives the bound's reason (launch_args), rather than start ranks that cannot all fit
+        jobs = [n for ch, ns in plans.CHAPTER_JOBS.items() for n in ns
+                if each is m or n not in plans.MESH_JOBS.get(ch, ())]
         jobs += [*plans.speedup_ranks(each).ps, *plans.communication_ranks(each).ps, each.cores + 1]
         assert max(jobs) <= plans.most_ranks(each), (name, plans.most_ranks_why(each))
