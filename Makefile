@@ -53,14 +53,14 @@ notebooks: $(STAMP)
 
 build: book
 
-# What the tests need outside the venv: node (the explorers' JavaScript), and Debian's chromium
+# What the tests need outside the venv: node (the explorers' JavaScript) and npm (book/_lab), and Debian's chromium
 # and its driver for the browser tests (Playwright's own browser download is not needed).
-APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs chromium chromium-driver
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm chromium chromium-driver
 system-deps:
-	@command -v node >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	@command -v node >/dev/null && command -v npm >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	    { $(APT_INSTALL) || { apt-get update -q && $(APT_INSTALL); }; }; } || \
-	  { echo "The tests need node, chromium and chromedriver on PATH: apt-get install nodejs chromium chromium-driver"; exit 1; }
+	  { echo "The tests need node, npm, chromium and chromedriver on PATH: apt-get install nodejs npm chromium chromium-driver"; exit 1; }
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
 browser: $(STAMP) system-deps lab-extension
@@ -75,6 +75,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 LAB_CORE      = $$($(abspath $(BIN))/python -c 'import jupyterlab, os; print(os.path.dirname(jupyterlab.__file__))')/staging
 
 $(LAB_MODULES): $(LAB_DIR)/package.json $(LAB_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "make lab builds book/_lab with npm: install Node.js and npm (apt-get install nodejs npm)"; exit 1; }
 	cd $(LAB_DIR) && npm ci --no-audit --no-fund --loglevel=error
 
 $(LAB_EXT): $(STAMP) $(LAB_MODULES) $(wildcard $(LAB_DIR)/src/*.js) $(LAB_DIR)/style/index.css \
