@@ -1,9 +1,5 @@
 """Context parallelism (chapter 8.2): the chunk layouts and the causal work worked by hand, the
 ring's bytes, torch's own context_parallel read from its source, and real rings on 2 and 4 ranks."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +8,7 @@ import helpers
 from helpers import analysis, plans, theory
 from helpers.probes import context_parallel as cp_probe
 from helpers.recipes import context_parallel as cp
+from torchrun_cli import torchrun_json
 
 
 # --- theory, by hand --------------------------------------------------------------------------
@@ -109,12 +106,7 @@ def test_ring_attention_equals_full_attention_and_does_the_predicted_work(n):
 
 
 def test_the_ring_recipe_runs_under_the_real_torchrun_cli_and_refuses_torchs_cp_without_gpus():
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run",
-         "context_parallel.ring_equality", "--seq", "16"], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout[out.stdout.index("{"):]) == {"rank": 0, "n": 2}
+    assert torchrun_json(2, "context_parallel.ring_equality", "--seq", "16") == {"rank": 0, "n": 2}
     if not plans.torch_cp_runs(helpers.machine.this()):
         with pytest.raises(helpers.RankError, match="needs a GPU per rank"):
             helpers.launch(cp.torch_ring, nprocs=2, backend="gloo", show=None)

@@ -1,10 +1,6 @@
 """Mixture of experts (chapter 8.3): the formulas by hand and from the papers, the MoE layer against
 what it replaces, bad input refused, and small real runs under launch and the torchrun CLI."""
-import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +10,7 @@ import helpers
 from helpers import analysis, gpt, moe, plans, sentences, text, theory
 from helpers.recipes import collectives
 from helpers.recipes import experts as ex
+from torchrun_cli import torchrun_json
 
 
 # --- Theory -------------------------------------------------------------------------------------
@@ -224,11 +221,6 @@ def test_the_alltoall_fit_on_links_that_follow_the_formulas():
 
 
 def test_the_equality_recipe_runs_under_the_real_torchrun_cli():
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run", "experts.ep_equality",
-         "--batch", "2"], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    summary = torchrun_json(2, "experts.ep_equality", "--batch", "2")
     assert summary["rank"] == 0 and summary["n"] == 2 and summary["max_gap"] < 1e-5
     assert math.isfinite(summary["loss"])

@@ -1,9 +1,5 @@
 """4D parallelism (chapter 8.4): the layout's checks, theory.four_d's sums, and real 8-rank runs (under
 helpers.launch and the torchrun CLI) checked against one process and the formulas."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,6 +11,7 @@ from helpers.gpt import GPT
 from helpers.launch import RankError
 from helpers.recipes import four_d as fd
 from helpers.theory import four_d as ft
+from torchrun_cli import torchrun_json
 
 CFG = fd.CONFIG
 DIMS = {"layers": CFG.layers, "hidden": CFG.hidden, "vocab": CFG.vocab, "seq": CFG.seq}
@@ -150,11 +147,7 @@ def test_a_wrong_formula_would_be_caught(run):
 
 def test_the_recipe_runs_under_the_real_torchrun_cli():
     # 4 ranks (tp 2 x pp 2, one replica): 8 processes that each import torch take about 50 s on 2 cores.
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "4", "-m", "helpers.run",
-                          "four_d.train_4d", "--dp", "1", "--steps", "3"], capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    summary = torchrun_json(4, "four_d.train_4d", "--dp", "1", "--steps", "3", timeout=240)
     assert summary["rank"] == 0 and summary["pp_rank"] == 0
     assert summary["peak_saved"] == ft.activation_bytes(**DIMS, heads=CFG.heads, dp=1, tp=2, pp=2, stage=0,
                                                         micro_batch=2, micro_batches=2)

@@ -1,10 +1,6 @@
 """Pipeline schedules from torch.distributed.pipelining (chapter 6.1): the formulas, the layouts,
 the saved-bytes counter, the reductions, two real runs checked against the unsplit model, and
 the same recipe under the torchrun CLI."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,6 +9,7 @@ import torch.nn as nn
 import helpers
 from helpers import analysis, theory
 from helpers.recipes import pipelining as pl
+from torchrun_cli import torchrun_json
 
 
 # --- Theory ------------------------------------------------------------------------------
@@ -195,11 +192,6 @@ def test_timelines_count_what_each_schedule_holds():
 
 
 def test_the_recipe_runs_under_the_real_torchrun_cli():
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run", "pipelining.schedule_timelines",
-         "--micro-batches", "[2]", "--steps", "1", "--batch-size", "16", "--width", "16"],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "HELPERS_OFFLINE": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    summary = torchrun_json(2, "pipelining.schedule_timelines", "--micro-batches", "[2]", "--steps", "1",
+                            "--batch-size", "16", "--width", "16")
     assert summary["p"] == 2 and summary["rank"] == 0 and summary["steps"] == 1

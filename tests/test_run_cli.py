@@ -1,12 +1,9 @@
 """python -m helpers.run: argument parsing and a real run under the torchrun CLI."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from helpers.run import parse, resolve
+from torchrun_cli import torchrun_json
 
 
 def test_parse_literals_and_strings():
@@ -24,13 +21,7 @@ def test_parse_rejects_bad_input():
 
 
 def test_recipe_runs_under_the_real_torchrun_cli():
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run",
-         "ddp_mnist.train", "--epochs", "1"],
-        capture_output=True, text=True, timeout=180, env={**os.environ, "HELPERS_OFFLINE": "1"})
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    summary = torchrun_json(2, "ddp_mnist.train", "--epochs", "1")
     assert summary["world_size"] == 2 and summary["rank"] == 0 and summary["steps"] > 0
 
 

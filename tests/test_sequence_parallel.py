@@ -1,9 +1,5 @@
 """Sequence parallelism (chapter 8.2): SP's formulas worked by hand, Korthikanti et al.'s activation
 equations, the by-hand pieces' refusals, and real runs checked against the unsplit GPT."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,6 +7,7 @@ import torch
 import helpers
 from helpers import analysis, gpt, plans, sentences, theory
 from helpers.recipes import sequence_parallel as sq
+from torchrun_cli import torchrun_json
 
 TINY = gpt.CONFIGS["gpt-tiny"]
 
@@ -110,10 +107,5 @@ def test_sp_by_hand_and_with_dtensor_equal_the_unsplit_gpt_and_cost_what_theory_
 
 
 def test_the_sp_recipe_runs_under_the_real_torchrun_cli():
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "helpers.run",
-         "sequence_parallel.sp_equality", "--batch", "1"], capture_output=True, text=True, timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    summary = torchrun_json(2, "sequence_parallel.sp_equality", "--batch", "1")
     assert summary == {"rank": 0, "t": 2, "batch": 1}

@@ -3,17 +3,12 @@ from __future__ import annotations
 
 from .. import plans
 from ..machine import Machine, loopback_interface
-from .common import _runs, _ran_on_gpus, _loopback_nodes
+from .common import _runs, _ran_on_gpus, _loopback_nodes, _untimed
 
 
 def tensor_parallel(m: Machine) -> dict[str, str]:
     """6.3: the blocks on 2 ranks; the strategies and the 2 x 2 layout on 4, which may share the cores."""
-    four = plans.job(m, 4)
-    if four.shared:
-        note = (f"{four.warning()} This chapter takes no timings: it counts bytes and checks results, "
-                "which the turns do not change.")
-    else:
-        note = f"The 4-rank run ran as {four.describe()}: its ranks did not take turns."
+    note = _untimed(m, 4, "chapter", "counts bytes and checks results")
     return {"tp_four_ranks": note, **_runs(m, "06_3_tensor_parallel")}
 
 

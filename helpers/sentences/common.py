@@ -9,6 +9,16 @@ def _runs(m: Machine, chapter: str) -> dict[str, str]:
     return {"runs_where": plans.chapter_jobs(m, chapter)}
 
 
+def _untimed(m: Machine, nprocs: int, scope: str, checks: str, runs: str = "run") -> str:
+    """A job whose claims no timing can change: where its ranks take turns on the cores, that they do
+    and why it does not matter; else that they did not (``runs``: what the job is, "run" or "rings")."""
+    job = plans.job(m, nprocs)
+    if job.shared:
+        return f"{job.warning()} This {scope} takes no timings: it {checks}, which the turns do not change."
+    whose = "their" if runs.endswith("s") else "its"
+    return f"The {nprocs}-rank {runs} ran as {job.describe()}: {whose} ranks did not take turns."
+
+
 def _ran_on_gpus(m: Machine, nprocs: int) -> bool:
     return plans.job(m, nprocs).backend == "nccl"
 

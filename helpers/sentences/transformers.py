@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import plans
 from ..machine import BF16_FLAGS, Machine
-from .common import _plural_gpus, _runs
+from .common import _plural_gpus, _runs, _untimed
 
 
 def _bf16(m: Machine) -> str:
@@ -46,12 +46,7 @@ def attention_kernel(op: str, device: str = "cpu") -> str:
 def sequence_context(m: Machine) -> dict[str, str]:
     """8.2: SP on 2 ranks, rings on 2 and 4 (which may share the cores); torch's own CP only where
     each of 2 ranks has a GPU."""
-    four = plans.job(m, 4)
-    if four.shared:
-        four_note = (f"{four.warning()} This chapter takes no timings: it counts score elements and bytes "
-                     "and checks results, which the turns do not change.")
-    else:
-        four_note = f"The 4-rank rings ran as {four.describe()}: their ranks did not take turns."
+    four_note = _untimed(m, 4, "chapter", "counts score elements and bytes and checks results", "rings")
     if plans.torch_cp_runs(m):
         torch_cp = (f"This machine has {_plural_gpus(m)}, so 2 ranks each had one, and torch's "
                     "context_parallel ran below on them, checked like the ring by hand.")
@@ -64,12 +59,8 @@ def sequence_context(m: Machine) -> dict[str, str]:
 
 def experts(m: Machine) -> dict[str, str]:
     """8.3: all_to_all timed on 2 ranks; EP x DP on 4, which may share the cores."""
-    two, four = plans.job(m, 2), plans.job(m, 4)
-    if four.shared:
-        mesh = (f"{four.warning()} This section takes no timings: it checks losses and weights against "
-                "one process, which the turns do not change.")
-    else:
-        mesh = f"The 4-rank run ran as {four.describe()}: its ranks did not take turns."
+    two = plans.job(m, 2)
+    mesh = _untimed(m, 4, "section", "checks losses and weights against one process")
     if two.backend == "nccl":
         links = f"Here the 2 ranks ran as {two.describe()}: the links timed are the GPUs' own."
     else:
