@@ -3,9 +3,9 @@ from . import compat
 
 compat.check()  # before anything else meets an API the installed torch lacks
 
-from .launch import LaunchError, LaunchTimeout, RankError, SharedCoresWarning, launch
+from .launch import LaunchError, LaunchStopped, LaunchTimeout, RankError, SharedCoresWarning, launch
 
-__all__ = ["launch", "LaunchError", "LaunchTimeout", "RankError", "SharedCoresWarning", "load_ipython_extension"]
+__all__ = ["launch", "LaunchError", "LaunchStopped", "LaunchTimeout", "RankError", "SharedCoresWarning", "load_ipython_extension"]
 
 
 def load_ipython_extension(ipython):

@@ -34,14 +34,18 @@ class _HtmlBar:
         self.handle = display(HTML(""), display_id=True)
 
     def update(self, rec: dict, done: bool) -> None:
-        step, total = rec["step"], rec["total"] or 1
-        metrics = "  ".join(f"{k} {v:.4g}" for k, v in _metrics(rec).items())
-        rate = rec.get("_rate")
-        speed = f"  {rate:.1f} steps/s" if rate else ""
-        label = html.escape(f"{step}/{total}{speed}  {metrics}")
-        self.handle.update(self._HTML(
-            f'<div style="font-family:monospace"><progress value="{step}" max="{total}" '
-            f'style="width:40%;vertical-align:middle"></progress> {label}</div>'))
+        self.handle.update(self._HTML(bar_html(rec)))
+
+
+def bar_html(rec: dict) -> str:
+    """The book's progress bar for one record (``step``, ``total``, metrics, ``_rate``), as HTML."""
+    step, total = rec["step"], rec["total"] or 1
+    metrics = "  ".join(f"{k} {v:.4g}" for k, v in _metrics(rec).items())
+    rate = rec.get("_rate")
+    speed = f"  {rate:.1f} steps/s" if rate else ""
+    label = html.escape(f"{step}/{total}{speed}  {metrics}")
+    return (f'<div style="font-family:monospace"><progress value="{step}" max="{total}" '
+            f'style="width:40%;vertical-align:middle"></progress> {label}</div>')
 
 
 class _TqdmBar:
@@ -61,8 +65,8 @@ class _TqdmBar:
 class ProgressDisplay:
     """Reads rank 0's ``progress.jsonl`` and draws the newest record, at most 10 times a second."""
 
-    def __init__(self, path: Path, on_progress: Callable[[dict], None] | None = None):
-        self.path, self.on_progress = path, on_progress
+    def __init__(self, path: Path, on_progress: Callable[[dict], None] | None = None, draw: bool = True):
+        self.path, self.on_progress, self.draw = path, on_progress, draw
         self.offset = 0
         self.bar = None
         self.last: dict | None = None
@@ -84,8 +88,12 @@ class ProgressDisplay:
             self.last = rec
             if self.first is None:
                 self.first = (time.monotonic(), rec["step"])
-        if self.last and time.monotonic() - self.drawn_at > 0.1:
+        if self.draw and self.last and time.monotonic() - self.drawn_at > 0.1:
             self._draw()
+
+    def step_reached(self) -> int:
+        """The last step rank 0 reported (0 before its first report)."""
+        return self.last["step"] if self.last else 0
 
     def _make_bar(self):
         return _HtmlBar() if in_notebook() else _TqdmBar()
@@ -100,7 +108,7 @@ class ProgressDisplay:
         self.drawn_at = time.monotonic()
 
     def close(self) -> None:
-        if self.last:
+        if self.draw and self.last:
             self._draw()
         if self.bar is not None and hasattr(self.bar, "close"):
             self.bar.close()

@@ -82,6 +82,10 @@ class RankError(RuntimeError):
         return [f"RankError: {self}"]
 
 
+class LaunchStopped(LaunchError):
+    """The caller's ``stop`` event was set while the job ran: its ranks were killed, nothing is left."""
+
+
 class LaunchTimeout(TimeoutError):
     """The job ran past its ``timeout``; its ranks were killed, after each dumped its stacks:
     ``stacks`` (rank -> faulthandler's text) and ``where`` (rank -> ``helpers.stacks.Where``)."""
@@ -167,7 +171,8 @@ def _without_tracebacks(e: BaseException) -> BaseException:
 def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_TIMEOUT,
            backend: str | None = None, show: int | str | list[int] | None = 0,
            on_progress: Callable[[dict], None] | None = None, threads: int | None = None,
-           max_restarts: int = 0, **kwargs: Any) -> list[Any]:
+           max_restarts: int = 0, stop: threading.Event | None = None, progress: bool = True,
+           **kwargs: Any) -> list[Any]:
     """Run ``fn(*args, **kwargs)`` in ``nprocs`` processes; return their results, rank 0 first.
 
     Each rank sees torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
@@ -182,10 +187,15 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
     max_restarts: how many times the elastic agent may restart the job after a rank fails;
                  a restarted rank sees TORCHELASTIC_RESTART_COUNT (``protocol.restart_count``).
     on_progress: called in the cell with each record rank 0 passes to ``helpers.dist.report``.
+    stop:        an event another thread may set (a panel's Stop button, while the kernel is free):
+                 the ranks are killed and LaunchStopped is raised.
+    progress:    draw rank 0's progress bar in the cell; a caller that draws its own passes False.
     """
     check_importable(fn)
     backend = backend or devices.pinned_backend(fn)
     check_args(nprocs, backend, timeout, max_restarts, threads, on_progress)
+    if stop is not None and not callable(getattr(stop, "is_set", None)):
+        raise LaunchError(f"stop must be a threading.Event (or None), got {stop!r}.")
     try:
         pickle.dumps((args, kwargs))
     except Exception as e:  # noqa: BLE001 - any pickling failure means the same thing here
@@ -222,7 +232,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         lg.setLevel(logging.CRITICAL)
     own_store = max_restarts and SEPARATE_STORE not in os.environ  # the caller's choice stands
     tail = LogTail(run_dir, shown)
-    bar = ProgressDisplay(protocol.progress_file(run_dir), on_progress)
+    bar = ProgressDisplay(protocol.progress_file(run_dir), on_progress, draw=progress)
     thread = threading.Thread(target=agent, name="elastic-agent", daemon=True)
     try:
         if own_store:
@@ -234,6 +244,10 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
             thread.join(0.05)
             tail.poll()
             bar.poll()
+            if stop is not None and stop.is_set():
+                _kill_workers()
+                thread.join(10)
+                raise LaunchStopped(f"stopped after {bar.step_reached()} steps; every rank was killed.")
             if time.monotonic() > deadline:
                 dumps = stacks_.take(run_dir, worker_processes())  # before the kill: where each waits
                 _kill_workers()

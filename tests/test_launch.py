@@ -82,6 +82,26 @@ def test_progress_reaches_the_callback_in_order():
     assert seen[-1]["total"] == 7 and seen[-1]["value"] == 3.5
 
 
+def test_a_stop_event_set_from_another_thread_kills_the_ranks():
+    """A panel's Stop button: the kernel is free while the job runs in a thread, and the button sets the event."""
+    import threading
+    from helpers.launch import LaunchStopped, worker_processes
+    stop, seen = threading.Event(), []
+
+    def on_progress(rec):
+        seen.append(rec["step"])
+        if rec["step"] == 3:
+            threading.Timer(0.2, stop.set).start()
+    start = time.monotonic()
+    with pytest.raises(LaunchStopped, match=r"stopped after \d+ steps; every rank was killed") as info:
+        launch(smoke.count, nprocs=2, steps=10_000, delay=0.05, stop=stop, on_progress=on_progress, progress=False)
+    assert time.monotonic() - start < 60 and 3 <= seen[-1] < 10_000  # it ran, and it did not run to the end
+    assert isinstance(info.value, LaunchError) and not worker_processes()
+    assert launch(smoke.allreduce_rank, nprocs=2)[1]["sum"] == 1.0  # and the next launch runs
+    with pytest.raises(LaunchError, match="stop must be a threading.Event"):
+        launch(smoke.allreduce_rank, stop=True)
+
+
 def local_function():
     return 1
 
@@ -170,7 +190,7 @@ def test_torchrun_magic_refuses_what_launch_refuses_before_it_writes_the_cell(li
 def test_package_exports():
     module = sys.modules["helpers.launch"]  # the submodule, which the function shadows on the package
     assert helpers.launch is module.launch and helpers.LaunchError is module.LaunchError
-    assert set(helpers.__all__) >= {"launch", "LaunchError", "LaunchTimeout", "RankError"}
+    assert set(helpers.__all__) >= {"launch", "LaunchError", "LaunchStopped", "LaunchTimeout", "RankError"}
 
 
 def test_log_tail_keeps_a_character_cut_between_two_polls(tmp_path, capsys):
