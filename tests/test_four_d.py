@@ -171,3 +171,25 @@ def test_a_pipeline_alone_is_the_same_recipe_with_two_dimensions_of_size_one():
         assert row["messages"] == {"pp": row["messages_formula"]["pp"]} and row["states"] == row["states_formula"]
         assert row["activations"] == ft.activation_bytes(**DIMS, heads=CFG.heads, dp=1, tp=1, pp=2,
                                                          stage=row["stage"], micro_batch=2, micro_batches=2)
+
+
+def test_zero_3_and_full_recomputation_send_and_hold_what_their_formulas_say():
+    """ZeRO-3 gathers m + 1 times a step under 1F1B; full recomputation runs each block's forward
+    collectives again in the backward but its last reduce-scatter (torch's early stop), and keeps
+    each block's input alone. 8 ranks, so that every dimension has two."""
+    ranks = helpers.launch(fd.train_4d, nprocs=8, steps=3, zero=3, recompute="full", show=None)
+    assert fa.equality(ranks)["within_tolerance"] and fa.settings(ranks) == {"zero": 3, "recompute": "full"}
+    default = ft.step_messages(**DIMS, dp=2, tp=2, pp=2, stage=0, micro_batch=2, micro_batches=2)
+    for row in fa.stage_rows(ranks):
+        assert row["messages"] == row["messages_formula"], row["stage"]
+        assert row["states"] == row["states_formula"] and row["activations"] == row["activations_formula"]
+    first = fa.stage_rows(ranks)[0]["messages"]
+    assert first["dp"]["all_gather"] == 3 * default["dp"]["all_gather"]  # m + 1 = 3 gathers
+    assert first["tp"]["all_gather"] > default["tp"]["all_gather"]
+
+
+def test_zero_and_recompute_are_checked_before_any_group():
+    with pytest.raises(ValueError, match="zero must be 2 or 3"):
+        fd.check_layout(2, 2, 2, 8, CFG, 4, 2, zero=1)
+    with pytest.raises(ValueError, match="recompute must be one of"):
+        fd.check_layout(2, 2, 2, 8, CFG, 4, 2, recompute="selective")

@@ -71,6 +71,11 @@ def model_dims(ranks: list[dict]) -> dict:
     return _cfg(ranks)
 
 
+def settings(ranks: list[dict]) -> dict:
+    """The run's ZeRO stage and recomputation (runs recorded before they were options: 2 and none)."""
+    return {"zero": ranks[0].get("zero", 2), "recompute": ranks[0].get("recompute", "none")}
+
+
 def stage_rows(ranks: list[dict]) -> list[dict]:
     """One row per pipeline stage: the messages and bytes sent per step on each dimension (on the run's
     backend), what each of its ranks wrote to its sockets in that step (None where not counted), the
@@ -85,7 +90,7 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
         if any(messages(r["calls"]) != measured or r["states"] != mine[0]["states"] for r in mine):
             raise ValueError(f"the ranks of stage {stage} sent or held different amounts")
         predicted = formulas.step_messages(**cfg, **lay, stage=stage, micro_batch=b,
-                                           micro_batches=r0["micro_batches"])
+                                           micro_batches=r0["micro_batches"], **settings(ranks))
         rows.append({"stage": stage, "ranks": sorted(r["rank"] for r in mine),
                      "messages": measured, "messages_formula": predicted,
                      "sent": formulas.sent_bytes(measured, lay["dp"], lay["tp"], r0["backend"]),
@@ -94,6 +99,9 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
                      "states": mine[0]["states"],
                      "states_formula": formulas.rank_state_bytes(**cfg, **lay, stage=stage),
                      "activations": max(r["peak_saved"] for r in mine),
+                     "activations_formula": formulas.activation_bytes(
+                         **cfg, heads=r0["config"]["heads"], **lay, stage=stage, micro_batch=b,
+                         micro_batches=r0["micro_batches"], recompute=settings(ranks)["recompute"]),
                      "in_flight": formulas.in_flight(lay["pp"], r0["micro_batches"], stage)})
     return rows
 

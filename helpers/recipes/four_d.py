@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed import pipelining
+from torch.utils.checkpoint import checkpoint
 from torch.distributed.tensor import DTensor
 
 from helpers import devices, text
@@ -47,25 +48,27 @@ class GPTStage(nn.Module):
     is the first stage and the final LayerNorm and head if it is the last. Parameter names stay the
     GPT's (``blocks.1.mlp.fc.weight``), so a stage's weights are compared with the whole model's."""
 
-    def __init__(self, gpt: GPT, lo: int, hi: int, first: bool, last: bool):
+    def __init__(self, gpt: GPT, lo: int, hi: int, first: bool, last: bool, recompute: bool = False):
         super().__init__()
         self.tok_emb, self.pos_emb = (gpt.tok_emb, gpt.pos_emb) if first else (None, None)
         self.blocks = nn.ModuleDict({str(i): gpt.blocks[i] for i in range(lo, hi)})
         self.ln_f, self.head = (gpt.ln_f, gpt.head) if last else (None, None)
+        self.recompute = recompute  # full recomputation: a block keeps its input, and runs again in backward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tok_emb is not None:  # token ids in; a (1, seq) position batch beside them
             pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
             x = self.tok_emb(x) + self.pos_emb(pos)
         for block in self.blocks.values():
-            x = block(x)
+            # Checkpointed here, not wrapped: a wrapper would rename every parameter of the block.
+            x = checkpoint(block, x, use_reentrant=False) if self.recompute else block(x)
         return self.head(self.ln_f(x)) if self.head is not None else x
 
 
-def pipeline_split(gpt: GPT, pp_rank: int, pp: int) -> GPTStage:
+def pipeline_split(gpt: GPT, pp_rank: int, pp: int, recompute: bool = False) -> GPTStage:
     """This pp rank's stage of ``gpt`` (one stage a rank: the 1F1B layout)."""
     lo, hi = stage_blocks(gpt.cfg.layers, pp)[pp_rank]
-    return GPTStage(gpt, lo, hi, pp_rank == 0, pp_rank == pp - 1)
+    return GPTStage(gpt, lo, hi, pp_rank == 0, pp_rank == pp - 1, recompute)
 
 
 def apply_tp(stage: GPTStage, tp_mesh) -> GPTStage:
@@ -142,10 +145,19 @@ class _LocalHeld(_Held):
         self.tensor = tensor  # unpacked as it was saved
 
 
+ZERO = {2: False, 3: True}  # ZeRO stage -> FSDP2's reshard_after_forward: 3 gathers each layer again
+RECOMPUTE = ("none", "full")
+
+
 def check_layout(dp: int, tp: int, pp: int, world_size: int, config: GPTConfig, batch: int,
-                 micro_batches: int) -> Topology:
+                 micro_batches: int, zero: int = 2, recompute: str = "none") -> Topology:
     """The layout, checked once before any group is made: ``Topology`` for the ranks, then what the
     GPT needs of it. Each refusal is one line that names the numbers."""
+    if zero not in ZERO:
+        raise ValueError(f"zero must be 2 or 3 (FSDP2 keeps the states sharded: ZeRO-2 without resharding "
+                         f"after the forward, ZeRO-3 with it), got {zero!r}")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
     topo = Topology(dp=dp, pp=pp, tp=tp).check(world_size)
     stage_blocks(config.layers, pp)
     for what, n in (("sequence", config.seq), ("heads", config.heads), ("vocabulary", config.vocab)):
@@ -158,24 +170,26 @@ def check_layout(dp: int, tp: int, pp: int, world_size: int, config: GPTConfig, 
 
 
 def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int = 4, micro_batches: int = 2,
-             lr: float = 0.1, momentum: float = 0.9, config: GPTConfig = CONFIG, seed: int = 0) -> dict:
+             lr: float = 0.1, momentum: float = 0.9, config: GPTConfig = CONFIG, seed: int = 0,
+             zero: int = 2, recompute: str = "none") -> dict:
     """Train ``config``'s GPT for ``steps`` on dp x tp x pp ranks; each rank returns its losses, its
     stage's whole weights, every collective of the last step by mesh dimension, the model states it
     holds, the most bytes autograd held for backward, and each step's seconds. ``batch`` is one
     replica's sequences a step, cut into ``micro_batches``. Rank 0 also trains the whole GPT in one
-    process on the same global batches, with the same optimizer, as the reference."""
+    process on the same global batches, with the same optimizer, as the reference. ``zero``: 2 or 3
+    (``ZERO``); ``recompute``: "full" checkpoints every block."""
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
     if steps < 3:
         raise ValueError(f"steps must be at least 3 (one sets up, one is timed, the last is counted), got {steps}")
     with distributed(seed) as ctx:
-        topo = check_layout(dp, tp, pp, ctx.world_size, config, batch, micro_batches)
+        topo = check_layout(dp, tp, pp, ctx.world_size, config, batch, micro_batches, zero, recompute)
         mesh = topo.build_mesh(ctx.device, every_dim=True)  # ("pp", "dp", "tp"): tp innermost
         dp_rank, pp_rank = topo.coords(ctx.rank)
         torch.manual_seed(seed)
         whole = GPT(config)
         init = {k: v.clone() for k, v in whole.state_dict().items()}
-        stage = pipeline_split(whole, pp_rank, pp).to(ctx.device)
-        stage = apply_fsdp(apply_tp(stage, mesh["tp"]), mesh["dp"], reshard_after_forward=False)
+        stage = pipeline_split(whole, pp_rank, pp, recompute == "full").to(ctx.device)
+        stage = apply_fsdp(apply_tp(stage, mesh["tp"]), mesh["dp"], reshard_after_forward=ZERO[zero])
         pipe, schedule = build_schedule(stage, pp_rank, pp, micro_batches, mesh["pp"], ctx.device)
         optimizer = torch.optim.SGD(stage.parameters(), lr=lr, momentum=momentum)
         ids, _ = text.split()
@@ -210,6 +224,7 @@ def train_4d(dp: int = 2, tp: int = 2, pp: int = 2, steps: int = 4, batch: int =
                "calls": counter.calls, "wire_bytes": wire, "states": states, "peak_saved": saved.peak,
                "memory": devices.peak_memory(ctx.device), "config": config.to_dict(),
                "batch": batch, "micro_batches": micro_batches, "backend": ctx.backend,
+               "zero": zero, "recompute": recompute,
                "mesh": mesh.mesh.tolist(),  # [pp][dp][tp] -> global rank
                "weights": weights if dp_rank == 0 and topo.tp_rank(ctx.rank) == 0 else None}
         if ctx.rank == 0:

@@ -61,17 +61,25 @@ def rank_state_bytes(layers: int, hidden: int, vocab: int, seq: int, dp: int, tp
 
 
 def step_messages(layers: int, hidden: int, vocab: int, seq: int, dp: int, tp: int, pp: int, stage: int,
-                  micro_batch: int, micro_batches: int) -> dict[str, dict[str, float]]:
+                  micro_batch: int, micro_batches: int, zero: int = 2,
+                  recompute: str = "none") -> dict[str, dict[str, float]]:
     """{dim: {kind: summed message bytes}} of one training step on one rank of ``stage``.
 
-    dp: FSDP gathers the stage's tp shard once and reduce-scatters its gradients once.
+    dp: FSDP gathers the stage's tp shard once and reduce-scatters its gradients once. With ZeRO-3
+    (resharding after each forward) it gathers m + 1 times: the pipeline keeps the gathered weights
+    from a backward until the next forward has run (``set_reshard_after_backward(False)`` until the
+    last), so every pass that follows a forward gathers again, and the step's first.
     tp: per micro-batch, sequence parallelism's all-gather and reduce-scatter in place of each of
     Megatron's all-reduces (both ways: 2 per block each way), plus the embeddings' reduce-scatters
     (forward) and all-gathers (backward), and the head's input gathered (its gradient reduce-scattered)
     and its logits gathered; once a step, an all-reduce of each LayerNorm's weight and bias gradients,
     which each rank computed on its slice of the sequence.
     pp: per micro-batch, the stage's output slice sent on (b·s/tp·h), its gradient received back.
+    Full recomputation runs each block's forward again in its backward, up to the last activation the
+    backward needs (torch's early stop): its 2 all-gathers and its first reduce-scatter, not the last.
     """
+    if zero not in (2, 3) or recompute not in ("none", "full"):
+        raise ValueError(f"zero must be 2 or 3 and recompute 'none' or 'full', got {zero!r} and {recompute!r}")
     for name, value in (("dp", dp), ("tp", tp), ("micro_batch", micro_batch), ("micro_batches", micro_batches)):
         whole(name, value)
     if seq % tp:
@@ -80,7 +88,8 @@ def step_messages(layers: int, hidden: int, vocab: int, seq: int, dp: int, tp: i
     lo, hi = stage_blocks(layers, pp)[stage]
     first, last, m = stage == 0, stage == pp - 1, micro_batches
     shard = VALUE_BYTES * (split / tp + kept)
-    out = {"dp": {k: n * shard for k, n in FSDP_NO_RESHARD.items()} if dp > 1 else {},
+    gathers = {"all_gather": m + 1} if zero == 3 else {}
+    out = {"dp": {k: n * shard for k, n in (FSDP_NO_RESHARD | gathers).items()} if dp > 1 else {},
            "tp": {}, "pp": {}}
     if tp > 1:
         a = tp_message_bytes(micro_batch, seq, hidden, VALUE_BYTES)  # one micro-batch's activations
@@ -88,6 +97,8 @@ def step_messages(layers: int, hidden: int, vocab: int, seq: int, dp: int, tp: i
         gathers = (fwd + bwd) * a + (a + a / micro_batch if first else 0) + (a if last else 0)
         gathers += micro_batch * seq * vocab * VALUE_BYTES if last else 0
         scatters = (fwd + bwd) * a + (a + a / micro_batch if first else 0) + (a if last else 0)
+        if recompute == "full":
+            gathers, scatters = gathers + 2 * (hi - lo) * a, scatters + (hi - lo) * a
         layernorms = 2 * (hi - lo) + (1 if last else 0)
         out["tp"] = {"all_gather": m * gathers, "reduce_scatter": m * scatters,
                      "all_reduce": 2 * layernorms * hidden * VALUE_BYTES}
@@ -117,18 +128,21 @@ def in_flight(pp: int, micro_batches: int, stage: int) -> int:
 GATHERED_WHOLE = ("QKV input", "MLP input")
 
 
-def layer_activation_bytes(shape: Shape, micro_batch: int, tp: int) -> float:
+def layer_activation_bytes(shape: Shape, micro_batch: int, tp: int, recompute: str = "none") -> float:
     """Bytes one block keeps for backward on one rank, per micro-batch, as torch runs it here:
     ``theory.transformer.activation_terms`` with sequence parallelism, float32, no dropout, the fused
     attention kernel (no s² scores) and the LayerNorms' statistics, except that the two inputs of
-    ``GATHERED_WHOLE`` are kept whole (t times their term)."""
+    ``GATHERED_WHOLE`` are kept whole (t times their term). Under full recomputation a block keeps its
+    input alone, this rank's slice of the sequence (what it rebuilds in the backward is held only then)."""
+    if recompute == "full":
+        return VALUE_BYTES * micro_batch * shape.seq * shape.hidden / tp
     terms = activation_terms(shape, micro_batch, tp=tp, sp=True, bytes_per_value=VALUE_BYTES, dropout=False,
                              attention="flash", norm_stats=True)
     return sum(terms.values()) + (tp - 1) * sum(terms[k] for k in GATHERED_WHOLE)
 
 
 def activation_bytes(layers: int, hidden: int, vocab: int, seq: int, heads: int, dp: int, tp: int, pp: int,
-                     stage: int, micro_batch: int, micro_batches: int) -> float:
+                     stage: int, micro_batch: int, micro_batches: int, recompute: str = "none") -> float:
     """The most bytes of activations one rank of ``stage`` keeps at once under 1F1B: its blocks' for each
     micro-batch in flight (``in_flight``). The first stage adds its token and position ids (int64).
     The last adds ``theory.transformer.outside_layers_terms``, with the head's gathered input and the
@@ -139,7 +153,7 @@ def activation_bytes(layers: int, hidden: int, vocab: int, seq: int, heads: int,
     shape = Shape(layers=layers, hidden=hidden, heads=heads, seq=seq, vocab=vocab, tied=False)
     lo, hi = stage_blocks(layers, pp)[stage]
     b, s = micro_batch, seq
-    one = (hi - lo) * layer_activation_bytes(shape, b, tp)
+    one = (hi - lo) * layer_activation_bytes(shape, b, tp, recompute)
     if stage == 0:
         one += 8 * (b * s + s)
     if stage == pp - 1:
