@@ -70,3 +70,31 @@ def memory_per_rank(rows: list[dict], activation_formula: list[float]):
     ax.legend(fontsize=7, loc="upper right")
     return finish(fig)
 
+
+
+def tried_layouts(records: list[dict]):
+    """The layouts tried for real (``analysis.layouts.record``s), one group of bars each: what a rank
+    held, what it sent a step, and a step's time, measured (bars) beside the formulas' (black ticks)
+    and the planner's (open circles). A ``matplotlib.figure.Figure`` made without pyplot, so that the
+    launch panel may draw it from the thread its run finished on."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(9, 3))
+    axes = fig.subplots(1, 3)
+    x = np.arange(1, len(records) + 1)
+    panels = (("memory a rank (kB)", "memory_bytes", "memory_formula", "memory_planner", 1e3),
+              ("sent a rank a step (kB)", "sent_bytes", "sent_formula", None, 1e3),
+              ("a step (s)", "step_s", None, "step_planner", 1.0))
+    for ax, (ylabel, measured, formula, planner, unit) in zip(axes, panels):
+        ax.bar(x, [r[measured] / unit for r in records], 0.6, color=color("measured"), label="measured")
+        if formula:
+            ax.scatter(x, [r[formula] / unit for r in records], marker="_", s=300, color="black", zorder=3,
+                       label="formula")
+        if planner:
+            ax.scatter(x, [r[planner] / unit for r in records], marker="o", facecolors="none",
+                       edgecolors="tab:red", zorder=4, label="planner")
+        ax.set(xlabel="run", ylabel=ylabel, xticks=x)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_title("Layouts tried: measured beside predicted", fontsize=9, loc="left")
+    fig.tight_layout()
+    return fig
