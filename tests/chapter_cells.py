@@ -13,6 +13,8 @@ import helpers
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 DEFAULT_NPROCS = inspect.signature(helpers.launch).parameters["nprocs"].default
+# Calls that start ranks: launch itself, and 8.5's launch panel run from a cell (always with nprocs=)
+LAUNCHES = ("helpers.launch", "launch", "panel.run")
 GLUE_REF = re.compile(r"\{glue(?::\w+)?\}`([^`:]+)")
 
 
@@ -45,7 +47,7 @@ def launches(path: Path) -> tuple[set[int], list[str]]:
             continue
         tree = _python(src)
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and ast.unparse(node.func) in ("helpers.launch", "launch")):
+            if not (isinstance(node, ast.Call) and ast.unparse(node.func) in LAUNCHES):
                 continue
             nprocs = next((k.value for k in node.keywords if k.arg == "nprocs"), None)
             if nprocs is None:
@@ -67,7 +69,7 @@ def _backends(path: Path) -> dict[int, set[str]]:
             continue
         tree = _python(src)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("helpers.launch", "launch"):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in LAUNCHES:
                 kw = {k.arg: k.value for k in node.keywords}
                 nprocs = kw.get("nprocs", ast.Constant(DEFAULT_NPROCS))
                 counts = ((nprocs.value,) if isinstance(nprocs, ast.Constant) else

@@ -46,8 +46,11 @@ def record(ranks: list[dict], planner: Callable[[list[dict]], dict]) -> dict:
             "loss_gap": eq["loss_gap"]}
 
 
-HEADER = ["#", "layout", "memory a rank (kB): measured", "formula", "planner", "sent a rank a step (kB): measured",
-          "formula", "step (s): measured", "planner", "trains as one process"]
+HEADER = ["#", "layout", "memory kB: measured", "formula", "planner", "sent kB: measured", "formula",
+          "step s: measured", "planner", "same training"]
+CAPTION = ("memory: what one rank holds for the model (states and the most activations), on its fullest stage; "
+           "sent: what one rank sends a step, all dimensions, on its busiest stage; step: the slowest rank's "
+           "median; same training: losses and weights equal one process's (largest loss gap)")
 
 
 def cells(records: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -66,5 +69,5 @@ def table_html(records: list[dict]) -> str:
 
     def line(tag: str, row: list[str]) -> str:
         return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in row) + "</tr>"
-    return ('<table class="book-runs">' + line("th", header) + "".join(line("td", r) for r in rows)
-            + "</table>")
+    return (f'<table class="book-runs"><caption>{html.escape(CAPTION)}</caption>' + line("th", header)
+            + "".join(line("td", r) for r in rows) + "</table>")

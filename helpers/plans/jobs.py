@@ -26,11 +26,12 @@ CHAPTER_JOBS = {
     "08_2_sequence_context": (2, 4),
     "08_3_experts": (1, 2, 4),
     "08_4_four_d": (2, 8),
+    "08_5_plan": (4, 8),
 }
 # The launches whose size is a mesh's, not a machine's: 8.4's dp 2 x tp 2 x pp 2 is 8 ranks wherever it
 # runs. Fewer cores than 8 take turns (launch warns); fewer GPUs than 8 run it on the CPU over gloo,
 # since NCCL refuses two ranks on one GPU. 8 is within most_ranks on every profile (8 a core).
-MESH_JOBS = {"08_4_four_d": (8,)}
+MESH_JOBS = {"08_4_four_d": (8,), "08_5_plan": (4, 8)}
 # The launches that pass backend="gloo" whatever the machine: monitored_barrier is gloo's (7.2),
 # and 7.1's one-rank reference must match its two loopback nodes, which share the GPUs.
 # 4.3 studies CPU ranks (one thread each, side by side on one memory system), and 5.1 predicts its own

@@ -22,7 +22,7 @@ from .scaling import communication, prediction, speedup  # noqa: F401
 from .transformers import attention_kernel, transformer_bill  # noqa: F401
 from .transformers import sequence_context  # noqa: F401
 from .transformers import experts  # noqa: F401
-from .transformers_at_scale import four_d, four_d_cp, four_d_wire  # noqa: F401
+from .transformers_at_scale import four_d, four_d_cp, four_d_wire, plan  # noqa: F401
 
 # The chapters whose prose speaks of the machine, by notebook.
 CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
@@ -46,6 +46,7 @@ CHAPTERS: dict[str, Callable[[Machine], dict[str, str]]] = {
     "08_2_sequence_context": sequence_context,
     "08_3_experts": experts,
     "08_4_four_d": four_d,
+    "08_5_plan": plan,
 }
 
 

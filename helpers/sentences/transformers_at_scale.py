@@ -50,3 +50,8 @@ def four_d_wire(m: Machine, most_over: float | None) -> str:
     return (f"The sockets agree: in the counted step each rank wrote at most {most_over:.3f} times the "
             "bytes the formulas give it, over all three dimensions together (at least the formulas' "
             "bytes and at most 5% more, asserted); the rest is what gloo writes besides the messages themselves.")
+
+
+def plan(m: Machine) -> dict[str, str]:
+    """8.5: where its runs ran (the held-out mesh of 8 and the panel's layouts of 4)."""
+    return _runs(m, "08_5_plan")

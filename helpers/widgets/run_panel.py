@@ -79,7 +79,7 @@ class RunPanel:
         self._stop, self._thread = threading.Event(), None
         v = DEFAULTS | defaults
         dropdown = lambda options, value, text: W.Dropdown(options=options, value=value, description=text,  # noqa: E731
-                                                          layout=W.Layout(width="11em"), style={"description_width": "5em"})
+                                                          layout=W.Layout(width="15em"), style={"description_width": "7em"})
         self.controls = {
             "nprocs": dropdown(RANKS, v["nprocs"], "ranks"), "dp": dropdown(MESH, v["dp"], "dp"),
             "tp": dropdown(MESH, v["tp"], "tp"), "pp": dropdown(MESH, v["pp"], "pp"),
@@ -88,7 +88,7 @@ class RunPanel:
             "micro_batches": dropdown((1, 2, 4, 8), v["micro_batches"], "micro-batches"),
             "seq": dropdown(SEQ, v["seq"], "sequence"),
             "steps": W.BoundedIntText(value=v["steps"], min=1, max=50, description="steps",
-                                      layout=W.Layout(width="11em"), style={"description_width": "5em"})}
+                                      layout=W.Layout(width="15em"), style={"description_width": "7em"})}
         for key, control in self.controls.items():
             control.add_class(f"book-run-{key}")  # what the browser test finds them by
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
@@ -99,10 +99,17 @@ class RunPanel:
         self.status, self.bar, self.table = W.HTML(), W.HTML(), W.HTML()
         self.status.add_class("book-run-status"), self.table.add_class("book-run-table")
         self.figure = W.Image(format="png", layout=W.Layout(max_width="100%"))
-        grid = W.GridBox(list(self.controls.values()), layout=W.Layout(grid_template_columns="repeat(3, 12em)"))
+        grid = W.GridBox(list(self.controls.values()), layout=W.Layout(grid_template_columns="repeat(3, 16em)"))
         self.box = W.VBox([grid, W.HBox([self.run_button, self.stop_button]), self.status, self.bar,
                            self.table, self.figure])
         self.box.add_class("book-run-panel")
+        self._handle = None
+
+    def show(self) -> None:
+        """Display the panel; each ``run`` from a cell then redraws this output, so the page the book
+        builds keeps the panel with every run the chapter made."""
+        from IPython.display import display
+        self._handle = display(self, display_id=True)
 
     # --- what the reader chose ---------------------------------------------------------------------
     def layout(self) -> dict:
@@ -118,7 +125,10 @@ class RunPanel:
         layout = DEFAULTS | settings
         if why := refusal(layout, self.machine):
             raise ValueError(why)
-        return self._record(run_layout(layout, self.planner))
+        rec = self._record(run_layout(layout, self.planner))
+        if self._handle is not None:
+            self._handle.update(self)
+        return rec
 
     def start(self) -> bool:
         """The Run button: check the choice, then run it on a thread; False if nothing started."""
