@@ -1,8 +1,8 @@
 """What the landing page says about the book itself, read from the toc and the notebooks, never typed.
 
 How many chapters there are, which of them launch multi-process jobs (a code cell that calls
-``helpers.launch``, ``cluster.run_nodes`` or is a ``%%torchrun`` cell), and which carry an explorer
-(``widgets.*_explorer``), each chapter by the number the web book gives it: the toc's numbered
+``helpers.launch``, ``cluster.run_nodes``, 8.5's ``panel.run`` or is a ``%%torchrun`` cell), and
+which carry an explorer (``widgets.*_explorer``), each chapter by the number the web book gives it: the toc's numbered
 parts count their chapters on from one another (``use_multitoc_numbering``), and a chapter's
 sections are numbered under it.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-LAUNCH = re.compile(r"\b(?:helpers\.launch|launch|cluster\.run_nodes)\(|^%%torchrun\b", re.MULTILINE)
+LAUNCH = re.compile(r"\b(?:helpers\.launch|launch|cluster\.run_nodes|panel\.run)\(|^%%torchrun\b", re.MULTILINE)
 EXPLORER = re.compile(r"\bwidgets\.\w+_explorer\(")
 
 
