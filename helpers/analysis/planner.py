@@ -1,7 +1,11 @@
 """The planner (8.5) against what ran: Narayanan et al.'s Table 1 as a table to print, and this
-machine as a cluster, for the held-out check against chapter 8.4's own runs."""
+machine as a cluster, for the held-out check against chapter 8.4's own runs: the planner told what
+8.4's recipe trains with (``run_model``, ``run_layout``), its memory set beside the hooks' per stage."""
 from __future__ import annotations
 
+from typing import Callable
+
+from . import four_d
 from ..theory import planner, ring_from_fit
 from ..theory.planner import published
 
@@ -58,12 +62,88 @@ def passing_efficiencies(lows_to_highs=tuple(x / 100 for x in range(40, 61))) ->
     return [e for e in lows_to_highs if all(r.passes for r in published.compare(e))]
 
 
-def machine_cluster(machine, fit, nprocs: int, flops_per_rank: float) -> planner.Cluster:
+def machine_cluster(machine, fit, nprocs: int, flops_per_rank: float, fit_ranks: int | None = None) -> planner.Cluster:
     """This machine as a cluster of ``nprocs`` gloo ranks (chapter 8.4's held-out runs): its RAM
     split between them, the ring of chapter 4.2's all_reduce fit (an ``AllreduceFit`` or
-    ``AlphaBetaFit`` measured at ``nprocs`` ranks), and one rank's measured FLOP/s."""
+    ``AlphaBetaFit`` measured at ``fit_ranks`` ranks, default ``nprocs``), and one rank's FLOP/s."""
     alpha_beta = getattr(fit, "fit", fit)
     if not machine.memory:
         raise ValueError("the machine's RAM is not known (Machine.memory = 0): nothing to fit a layout into")
-    step_latency, seconds_per_byte = ring_from_fit(alpha_beta, nprocs)
+    step_latency, seconds_per_byte = ring_from_fit(alpha_beta, fit_ranks or nprocs)
     return planner.machine_cluster(nprocs, machine.memory / nprocs, flops_per_rank, step_latency, seconds_per_byte)
+
+
+def rank_flops(machine, one_thread_flops: float, nprocs: int) -> float:
+    """One rank's FLOP/s when ``nprocs`` share this machine: its threads' worth of the one-thread peak,
+    or, where ranks outnumber cores, its turn on one (cores / nprocs of it)."""
+    return one_thread_flops * machine.threads_per_rank(nprocs) * min(1.0, machine.cores / nprocs)
+
+
+# --- The planner told what 8.4's recipe runs (``recipes.four_d.train_4d``) ------------------------
+
+STATE_KINDS = ("parameters", "gradients", "optimizer states")
+# What a rank holds that 8.4's hooks do not count: FSDP's gathered weights (model states in transit),
+# and the layer full recomputation rebuilds in the backward (saved under the checkpoint's own hooks)
+LEFT_OUT = ("gathered layers", "recomputed layer", "reserved")
+
+
+def run_model(ranks: list[dict]) -> planner.Model:
+    """The run's GPT as the planner reads a model: float32, SGD with momentum, LayerNorm statistics."""
+    c = ranks[0]["config"]
+    return planner.Model(layers=c["layers"], hidden=c["hidden"], heads=c["heads"], seq=c["seq"], vocab=c["vocab"],
+                         tied_embeddings=c["tied"], value_bytes=4, optimizer="sgd-momentum", mixed=False,
+                         norm_stats=True)
+
+
+def run_layout(ranks: list[dict]) -> planner.Layout:
+    """The run's layout: FSDP2 shards every state (ZeRO-3's states, whether or not it reshards after the
+    forward), torch's sequence parallelism keeps gathered inputs whole, the CPU's flash kernel."""
+    r0, lay = ranks[0], ranks[0]["layout"]
+    return planner.Layout(lay["dp"], lay["tp"], lay["pp"], zero=3, recompute=r0.get("recompute", "none"),
+                          micro_batch=r0["batch"] // r0["micro_batches"], sp=lay["tp"] > 1, flash=True,
+                          overlap=False, whole_inputs=True)
+
+
+def run_tokens(ranks: list[dict]) -> int:
+    r0 = ranks[0]
+    return r0["batch"] * r0["layout"]["dp"] * r0["config"]["seq"]
+
+
+def held_out(ranks: list[dict], cluster: planner.Cluster) -> list[dict]:
+    """Per pipeline stage, what one rank held for the model, measured by 8.4's hooks and predicted by
+    the planner for the same layout: states, activations and their sum, and the relative errors."""
+    predicted = planner.stage_memory(run_model(ranks), cluster, run_layout(ranks), run_tokens(ranks))
+    out = []
+    for row, mem in zip(four_d.stage_rows(ranks), predicted):
+        states = sum(mem.get(k, 0.0) for k in STATE_KINDS)
+        acts = sum(v for k, v in mem.items() if k not in STATE_KINDS + LEFT_OUT)
+        m_states, m_acts = sum(row["states"].values()), row["activations"]
+        out.append({"stage": row["stage"], "states": m_states, "states_planner": states, "activations": m_acts,
+                    "activations_planner": acts, "left_out": sum(mem.get(k, 0.0) for k in LEFT_OUT),
+                    "error_states": states / m_states - 1, "error_activations": acts / m_acts - 1,
+                    "error": (states + acts) / (m_states + m_acts) - 1})
+    return out
+
+
+def held_out_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """``held_out`` as table cells (kB = 1000 bytes)."""
+    header = ["stage", "states kB: measured", "planner", "activations kB: measured", "planner", "total error"]
+    return header, [[r["stage"], f"{r['states'] / 1e3:.1f}", f"{r['states_planner'] / 1e3:.1f}",
+                     f"{r['activations'] / 1e3:.1f}", f"{r['activations_planner'] / 1e3:.1f}", f"{r['error']:+.2%}"]
+                    for r in rows]
+
+
+def predicted_step(ranks: list[dict], cluster: planner.Cluster) -> planner.Priced:
+    """The planner's price of the run's own layout on ``cluster``."""
+    return planner.price(run_model(ranks), cluster, run_layout(ranks), run_tokens(ranks))
+
+
+def for_panel(cluster_for) -> Callable[[list[dict]], dict]:
+    """The launch panel's planner: a finished run's fullest stage (what the hooks count) and step, on
+    ``cluster_for(nprocs)``."""
+    def predict(ranks: list[dict]) -> dict:
+        cluster = cluster_for(len(ranks))
+        rows = held_out(ranks, cluster)
+        return {"memory_bytes": max(r["states_planner"] + r["activations_planner"] for r in rows),
+                "step_s": predicted_step(ranks, cluster).step_s}
+    return predict

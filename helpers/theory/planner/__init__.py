@@ -17,4 +17,4 @@ holds Narayanan et al. 2021's Table 1 and the cluster it ran on, to check the pl
 """
 from .model import RECOMPUTE, VALUE_BYTES, Cluster, Layout, Model, machine_cluster  # noqa: F401
 from .plan import divisors, plan, rank_of  # noqa: F401
-from .price import TIME_PARTS, Priced, check, price  # noqa: F401
+from .price import TIME_PARTS, Priced, check, price, stage_memory  # noqa: F401

@@ -18,7 +18,7 @@ from .. import transformer as tf
 from ..checks import at_least, one_of, whole, within
 
 RECOMPUTE = tf.RECOMPUTE  # Korthikanti et al. 2022: selective drops the s² core
-VALUE_BYTES = 2  # bf16/fp16 activations, weights for compute, and gradients on the wire
+VALUE_BYTES = 2  # Model.value_bytes' default: bf16/fp16 activations, weights for compute, gradients on the wire
 _MEMO: dict = {}  # (model, what, arguments) -> its value: a plan prices thousands of layouts of one model
 
 
@@ -38,6 +38,11 @@ class Model:
     ``experts`` > 1 makes every layer's MLP a mixture of that many experts, ``top_k`` per token.
     ``biases``: Linear biases and LayerNorm (GPT-2, Megatron's GPT); without, RMSNorm (Llama).
     ``dropout``: the 1-byte masks Korthikanti et al. count; current runs train without.
+    How it is trained: ``value_bytes`` a value of activations, of weights as computed with and on the
+    wire (2: bf16 mixed precision; 4: float32); ``optimizer`` ("adam", "sgd-momentum", "sgd") and
+    ``mixed`` (16-bit weights and gradients beside a float32 master copy, else float32 throughout)
+    give the states' bytes (6.2's ``sharded_state_bytes``); ``norm_stats``: the norms' saved means
+    and 1/stds, which torch keeps on a CPU (chapter 8.1).
     """
 
     layers: int
@@ -54,6 +59,10 @@ class Model:
     learned_positions: bool = True
     biases: bool = True
     dropout: bool = False
+    value_bytes: int = 2
+    optimizer: str = "adam"
+    mixed: bool = True
+    norm_stats: bool = False
 
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "seq", "vocab", "experts", "top_k"):
@@ -66,6 +75,9 @@ class Model:
         if self.hidden % self.heads or self.heads % self.kv_heads:
             raise ValueError(f"hidden ({self.hidden}) must split into heads ({self.heads}), and heads "
                              f"into kv_heads ({self.kv_heads}) groups, evenly")
+        if self.value_bytes not in (2, 4) or isinstance(self.value_bytes, bool):
+            raise ValueError(f"Model.value_bytes must be 2 (16-bit) or 4 (float32), got {self.value_bytes!r}")
+        one_of("Model.optimizer", self.optimizer, ("adam", "sgd-momentum", "sgd"))
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed experts ({self.experts})")
 
@@ -147,26 +159,27 @@ class Model:
 
     # --- activations (bytes, one layer, one micro-batch, one GPU): 8.1's Korthikanti, widened ---
     def layer_activation_bytes(self, micro_batch: int, tp: int = 1, cp: int = 1, sp: bool = False,
-                               flash: bool = True, recompute: str = "none") -> float:
+                               flash: bool = True, recompute: str = "none", whole_inputs: bool = False) -> float:
         """Bytes one layer keeps for its backward, ``micro_batch`` sequences, on one of tp x cp GPUs.
 
         8.1's ``activation_terms`` (Korthikanti et al. 2022, section 4) for the standard layer of
         this width, on the s / cp tokens one context-parallel GPU holds, then widened to what it
         does not count: K and V at kv_hidden wide (grouped-query attention); the MLP's kept inputs
         f wide (three of them gated, top_k experts' worth under MoE, beside the routed copy of the
-        layer's input); under context parallelism the scores of a GPU's queries against every key.
+        layer's input); under context parallelism the scores of a GPU's queries against every key;
+        ``whole_inputs`` (``Layout``): the gathered QKV and MLP inputs kept whole, t times the slice.
         """
-        key = (self, "activations", micro_batch, tp, cp, sp, flash, recompute)
-        return _memo(key, lambda: self._activations(micro_batch, tp, cp, sp, flash, recompute))
+        key = (self, "activations", micro_batch, tp, cp, sp, flash, recompute, whole_inputs)
+        return _memo(key, lambda: self._activations(micro_batch, tp, cp, sp, flash, recompute, whole_inputs))
 
-    def _activations(self, micro_batch, tp, cp, sp, flash, recompute) -> float:
+    def _activations(self, micro_batch, tp, cp, sp, flash, recompute, whole_inputs) -> float:
         for name, value in (("micro_batch", micro_batch), ("cp", cp)):
             whole(name, value)
         one_of("recompute", recompute, RECOMPUTE)
-        v, h, t = VALUE_BYTES, self.hidden, tp
+        v, h, t = self.value_bytes, self.hidden, tp
         std = tf.Shape(self.layers, h, self.heads, self.seq // cp, self.vocab)
         terms = tf.activation_terms(std, micro_batch, tp, sp, recompute, v, self.dropout,
-                                    "flash" if flash else "materialized")
+                                    "flash" if flash else "materialized", self.norm_stats)
         if recompute == "full":
             return sum(terms.values())
         sb = self.seq // cp * micro_batch
@@ -181,17 +194,29 @@ class Model:
             terms["gate output"] = wide
         if self.experts > 1:
             terms["routed input"] = v * sb * h * self.top_k / (t if sp else 1)
+        if whole_inputs and sp:
+            terms["QKV input"], terms["MLP input"] = t * terms["QKV input"], t * terms["MLP input"]
         return sum(terms.values())
 
-    def outside_bytes(self, micro_batch: int, tp: int = 1, cp: int = 1, sp: bool = False) -> tuple[float, float]:
+    def outside_bytes(self, micro_batch: int, tp: int = 1, cp: int = 1, sp: bool = False,
+                      whole_inputs: bool = False) -> tuple[float, float]:
         """(first stage's, last stage's) activations outside the layers: 8.1's ``outside_layers_terms``,
-        the embedding's dropout mask on the first, the head's inputs and the loss's fp32 on the last."""
+        the embedding's dropout mask on the first, the head's inputs and the loss's fp32 on the last
+        (both whole, t times, with ``whole_inputs``), the final norm's statistics, and the int64 token
+        ids (and learned positions' ids) on the first, targets on the last."""
         def count():
             std = tf.Shape(self.layers, self.hidden, self.heads, self.seq // cp, self.vocab)
-            terms = tf.outside_layers_terms(std, micro_batch, tp, sp, VALUE_BYTES, self.dropout)
-            first = terms.pop("embedding dropout mask", 0.0)
+            terms = tf.outside_layers_terms(std, micro_batch, tp, sp, self.value_bytes, self.dropout)
+            tokens = micro_batch * self.seq / cp
+            first = terms.pop("embedding dropout mask", 0.0) + 8 * (tokens + (self.seq / cp if self.learned_positions else 0))
+            terms["targets"] = 8 * tokens
+            if whole_inputs and sp:
+                for k in ("head input", "cross-entropy log-probabilities"):
+                    terms[k] *= tp
+            if self.norm_stats:
+                terms["final norm statistics"] = 2 * self.value_bytes * micro_batch * self.seq / cp / (tp if sp else 1)
             return first, sum(terms.values())
-        return _memo((self, "outside", micro_batch, tp, cp, sp), count)
+        return _memo((self, "outside", micro_batch, tp, cp, sp, whole_inputs), count)
 
 
 @dataclass(frozen=True)
@@ -250,7 +275,9 @@ class Layout:
     > 1). ``sp``: sequence parallelism beside tp. ``flash``: attention that keeps no s² scores.
     ``overlap``: data-parallel reductions and pipeline sends run during compute (current Megatron,
     torchtitan); False sends them after (Megatron-LM in 2021). Tensor-parallel collectives are
-    always in the critical path.
+    always in the critical path. ``whole_inputs``: sequence parallelism as torch's DTensor plans of
+    chapter 8.4 run it, each all-gathered block input kept whole and the head's logits gathered
+    whole for the loss; False: Megatron's slices (and a loss computed on sharded logits).
     """
 
     dp: int
@@ -265,6 +292,7 @@ class Layout:
     sp: bool = False
     flash: bool = True
     overlap: bool = True
+    whole_inputs: bool = False
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "virtual"):

@@ -13,8 +13,8 @@ parallelism's 4 all-reduces a layer and micro-batch (6 with full recomputation; 
 parallelism's reduce-scatter + all-gather cost the same) are never hidden (Narayanan et al. 2021,
 section 3.2); data parallelism's reductions hide behind the last micro-batch's backward when
 ``layout.overlap``; ZeRO-2 reduce-scatters and ZeRO-3 gathers every micro-batch (6.2's
-collectives). Memory is ZeRO's states (8.1's ``model_states``: 6.2's ``sharded_state_bytes``, 16-byte mixed
-precision with Adam), the layer activations of ``Model.layer_activation_bytes`` for the
+collectives). Memory is ZeRO's states (6.2's ``sharded_state_bytes`` for the model's optimizer and
+precision: 16 bytes a parameter in mixed precision with Adam, 8.1's ``model_states``), the layer activations of ``Model.layer_activation_bytes`` for the
 micro-batches in flight (1F1B: pp - stage; interleaved as Megatron schedules it, Korthikanti et
 al. 2022 section 4.2.3), the output layer's fp32 logits, and ZeRO-3's gathered layers.
 Left out, and small at these sizes: the optimizer step's time, the embedding's collectives.
@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..sharding import STAGES, segment_bounds
+from ..sharding import STAGES, segment_bounds, sharded_state_bytes
 from ..sharding import collective_time as _collective_time
-from ..transformer import model_states
 from ..checks import whole
-from .model import VALUE_BYTES, Cluster, Layout, Model, _memo
+from .model import Cluster, Layout, Model, _memo
 
 
 def collective_time(op, nbytes, group, lat, spb, messages=1) -> float:
@@ -118,12 +117,13 @@ def _device(model, cluster, ly, rank, mbs):
     stage = STAGES[ly.zero]
     memory = {}
     for n, group in ((dense, ly.dp * ly.cp), (experts, ly.dp * ly.cp // ly.ep)):
-        for kind, nbytes in model_states(n, stage, group).items():
+        for kind, nbytes in sharded_state_bytes(n, group, stage, model.optimizer,
+                                                "master-weights" if model.mixed else "fp32").items():
             memory[kind] = memory.get(kind, 0.0) + nbytes
     if ly.zero == 3:  # the layer at work and the next one gathered, and the working layer's gradient
         layer = (model.dense_layer_params() + model.experts * model.expert_params() / ly.ep) / t
-        memory["gathered layers"] = 3 * layer * VALUE_BYTES
-    act = model.layer_activation_bytes(b, t, ly.cp, ly.sp, ly.flash, ly.recompute)
+        memory["gathered layers"] = 3 * layer * model.value_bytes
+    act = model.layer_activation_bytes(b, t, ly.cp, ly.sp, ly.flash, ly.recompute, ly.whole_inputs)
     if ly.pp == 1:
         in_flight = layers
     elif ly.virtual == 1:
@@ -132,10 +132,11 @@ def _device(model, cluster, ly, rank, mbs):
         in_flight = min(mbs * ly.virtual, 2 * (ly.pp - rank - 1) + (ly.virtual - 1) * ly.pp + 1) * chunk
     memory["activations"] = act * in_flight
     if ly.recompute == "full":  # one layer at a time holds all of its activations again
-        memory["recomputed layer"] = model.layer_activation_bytes(b, t, ly.cp, ly.sp, ly.flash, "none")
-    outside = model.outside_bytes(b, t, ly.cp, ly.sp)
+        memory["recomputed layer"] = model.layer_activation_bytes(b, t, ly.cp, ly.sp, ly.flash, "none",
+                                                                  ly.whole_inputs)
+    outside = model.outside_bytes(b, t, ly.cp, ly.sp, ly.whole_inputs)
     if first and ly.pp > 1:
-        memory["activations"] += outside[0] * min(mbs, ly.pp)
+        memory["embedding inputs"] = outside[0] * min(mbs, ly.pp)  # ids (and dropout mask) in flight
     if last:  # the output layer's backward runs right after its forward: one micro-batch
         memory["head and loss"] = outside[1] + (outside[0] if first else 0.0)
     memory["reserved"] = cluster.reserved_bytes
@@ -144,7 +145,7 @@ def _device(model, cluster, ly, rank, mbs):
              "full": model.layer_forward_flops()}[ly.recompute]
     fwd = (layers * model.layer_forward_flops() + (model.logits_forward_flops() if last else 0.0)) / rate
     bwd = 2 * fwd + layers * again / rate
-    return memory, fwd, bwd, layers, dense * VALUE_BYTES, experts * VALUE_BYTES
+    return memory, fwd, bwd, layers, dense * model.value_bytes, experts * model.value_bytes
 
 
 def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: int) -> Priced:
@@ -152,7 +153,7 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
     why = check(model, cluster, layout, global_batch_tokens)
     if why:
         raise ValueError(f"layout {layout.mesh()} (dp, tp, pp, cp, ep): {why}")
-    ly, s, h, v = layout, model.seq, model.hidden, VALUE_BYTES
+    ly, s, h, v = layout, model.seq, model.hidden, model.value_bytes
     sequences = global_batch_tokens // s
     mbs = sequences // (ly.dp * ly.micro_batch)
     devices = [_device(model, cluster, ly, r, mbs) for r in sorted({0, ly.pp - 1})]
@@ -201,6 +202,16 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
     return Priced(ly, fits, why_not, total, memory, step, t, mbs, sequences * s / step,
                   executed / (step * ly.gpus), sequences * model.training_flops("none")
                   / (step * ly.gpus * cluster.peak_flops))
+
+
+def stage_memory(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: int) -> list[dict]:
+    """Memory (bytes by kind) of one GPU of each pipeline stage, first to last: ``price`` keeps the
+    fullest; a run that measures every stage is checked against each."""
+    why = check(model, cluster, layout, global_batch_tokens)
+    if why:
+        raise ValueError(f"layout {layout.mesh()} (dp, tp, pp, cp, ep): {why}")
+    mbs = global_batch_tokens // model.seq // (layout.dp * layout.micro_batch)
+    return [_device(model, cluster, layout, r, mbs)[0] for r in range(layout.pp)]
 
 
 def _dp_time(cluster, ly, mbs, fwd, bwd, layers, dense_bytes, expert_bytes) -> float:
