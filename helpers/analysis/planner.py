@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import four_d
+from .. import plans
 from ..theory import planner, ring_from_fit
 from ..theory.planner import published
 
@@ -73,10 +74,13 @@ def machine_cluster(machine, fit, nprocs: int, flops_per_rank: float, fit_ranks:
     return planner.machine_cluster(nprocs, machine.memory / nprocs, flops_per_rank, step_latency, seconds_per_byte)
 
 
-def rank_flops(machine, one_thread_flops: float, nprocs: int) -> float:
-    """One rank's FLOP/s when ``nprocs`` share this machine: its threads' worth of the one-thread peak,
-    or, where ranks outnumber cores, its turn on one (cores / nprocs of it)."""
-    return one_thread_flops * machine.threads_per_rank(nprocs) * min(1.0, machine.cores / nprocs)
+def rank_flops(machine, device_flops: float, nprocs: int) -> float:
+    """One rank's FLOP/s when ``nprocs`` share this machine, from ``device_flops`` measured on one
+    thread (or one GPU): a GPU each where every rank has one; else its threads' worth, or, where ranks
+    outnumber cores, its turn on one (cores / nprocs of it)."""
+    if plans.job(machine, nprocs).backend == "nccl":
+        return device_flops
+    return device_flops * machine.threads_per_rank(nprocs) * min(1.0, machine.cores / nprocs)
 
 
 # --- The planner told what 8.4's recipe runs (``recipes.four_d.train_4d``) ------------------------

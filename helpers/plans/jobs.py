@@ -26,7 +26,7 @@ CHAPTER_JOBS = {
     "08_2_sequence_context": (2, 4),
     "08_3_experts": (1, 2, 4),
     "08_4_four_d": (2, 8),
-    "08_5_plan": (4, 8),
+    "08_5_plan": (2, 4, 8),
 }
 # The launches whose size is a mesh's, not a machine's: 8.4's dp 2 x tp 2 x pp 2 is 8 ranks wherever it
 # runs. Fewer cores than 8 take turns (launch warns); fewer GPUs than 8 run it on the CPU over gloo,

@@ -53,5 +53,18 @@ def four_d_wire(m: Machine, most_over: float | None) -> str:
 
 
 def plan(m: Machine) -> dict[str, str]:
-    """8.5: where its runs ran (the held-out mesh of 8 and the panel's layouts of 4)."""
-    return _runs(m, "08_5_plan")
+    """8.5: where its runs ran (the held-out mesh of 8 and the panel's layouts of 4), and what the
+    planner is told of the held-out mesh's ranks."""
+    return {**_runs(m, "08_5_plan"), "p_time_note": plan_time(m)}
+
+
+def plan_time(m: Machine, nprocs: int = MESH_RANKS) -> str:
+    """8.5: what the planner is told of this machine's ranks, for the held-out step time."""
+    job = plans.job(m, nprocs)
+    if job.backend == "nccl":
+        return f"Here the {nprocs} ranks ran as {job.describe()}: each rank's FLOP/s is its GPU's, measured."
+    if job.shared:
+        return (f"{job.warning()} The planner is told so: each rank computes at its turn's share, "
+                f"{m.cores}/{nprocs} of one core's measured FLOP/s.")
+    return (f"Here the {nprocs} ranks ran as {job.describe()}: each computes at its "
+            f"{m.threads_per_rank(nprocs)} threads' worth of one core's measured FLOP/s.")
