@@ -23,7 +23,7 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int |
          cp=(1, 2, 4, 8), sp: bool = True, flash: bool = True, overlap: bool = True,
          tp_across_nodes: bool = False) -> list[Priced]:
     """The meshes that fit, each priced at its fastest settings, fastest first (``top`` of them;
-    on equal time the one needing less memory first); an empty list when none fits.
+    on equal time the simpler, then the one needing less memory, first); an empty list when none fits.
 
     The keyword arguments bound the search to what a software stack offers: ``zero`` the stages,
     ``recompute`` the kinds (in order of cost), ``micro_batches`` the micro-batch sizes
@@ -47,8 +47,15 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int |
                                   micro_batches, virtual, sp and tp > 1, flash, overlap)
                     if found is not None:
                         best[found.layout.mesh()] = found
-    ranked = sorted(best.values(), key=lambda p: (p.step_s, p.memory_bytes))  # a tie: the roomier first
+    ranked = sorted(best.values(), key=_order)
     return ranked if top is None else ranked[:top]
+
+
+def _order(p: Priced) -> tuple:
+    """Fastest first; on a tie (to 9 digits), the fewer GPUs splitting one replica, then the roomier:
+    of two meshes that price the same, the simpler one is the one to run."""
+    ly = p.layout
+    return (float(f"{p.step_s:.9g}"), ly.tp * ly.pp * ly.cp * ly.ep, p.memory_bytes)
 
 
 def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp, flash, overlap):
