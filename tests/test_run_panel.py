@@ -22,6 +22,7 @@ def fake_planner(ranks):  # the planner's own check is tests/test_planner_held_o
     ({"pp": 4, "dp": 1}, "2 layers do not divide into pp = 4"),
     ({"tp": 8, "dp": 1, "pp": 1}, "tp = 8 must divide the heads (4)"),
     ({"steps": 2}, "steps must be at least 3"),
+    ({"tpp": 2}, "unknown settings ['tpp']"),
 ])
 def test_a_choice_that_cannot_run_gets_one_line(change, words):
     why = refusal(DEFAULTS | change, HERE)

@@ -38,6 +38,8 @@ TIMEOUT_S = 600.0
 
 def refusal(layout: dict, machine) -> str:
     """Why ``layout`` cannot run on ``machine``, in one line ("" when it can)."""
+    if unknown := sorted(set(layout) - set(DEFAULTS)):
+        return f"unknown settings {unknown}: a layout sets {sorted(DEFAULTS)}"
     n = layout["nprocs"]
     if n > plans.most_ranks(machine):
         return f"{n} ranks: more than this machine can hold ({plans.most_ranks_why(machine)})"
@@ -78,8 +80,10 @@ class RunPanel:
         self.records: list[dict] = []
         self._stop, self._thread = threading.Event(), None
         v = DEFAULTS | defaults
-        dropdown = lambda options, value, text: W.Dropdown(options=options, value=value, description=text,  # noqa: E731
-                                                          layout=W.Layout(width="15em"), style={"description_width": "7em"})
+
+        def dropdown(options, value, text):
+            return W.Dropdown(options=options, value=value, description=text, layout=W.Layout(width="15em"),
+                              style={"description_width": "7em"})
         self.controls = {
             "nprocs": dropdown(RANKS, v["nprocs"], "ranks"), "dp": dropdown(MESH, v["dp"], "dp"),
             "tp": dropdown(MESH, v["tp"], "tp"), "pp": dropdown(MESH, v["pp"], "pp"),
