@@ -83,6 +83,11 @@ def rank_flops(machine, device_flops: float, nprocs: int) -> float:
     return device_flops * machine.threads_per_rank(nprocs) * min(1.0, machine.cores / nprocs)
 
 
+def clusters(machine, fit, device_flops: float, fit_ranks: int) -> Callable[[int], planner.Cluster]:
+    """nprocs -> this machine as a cluster of that many ranks: ``machine_cluster`` at ``rank_flops``."""
+    return lambda nprocs: machine_cluster(machine, fit, nprocs, rank_flops(machine, device_flops, nprocs), fit_ranks)
+
+
 # --- The planner told what 8.4's recipe runs (``recipes.four_d.train_4d``) ------------------------
 
 STATE_KINDS = ("parameters", "gradients", "optimizer states")
