@@ -80,7 +80,7 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
     """One row per pipeline stage: the messages and bytes sent per step on each dimension (on the run's
     backend), what each of its ranks wrote to its sockets in that step (None where not counted), the
     model states held, measured and by formula. The ranks of one stage must agree (the splits are even)."""
-    lay, cfg = _layout(ranks), _cfg(ranks)
+    lay, cfg, run = _layout(ranks), _cfg(ranks), settings(ranks)
     r0 = ranks[0]
     b = r0["batch"] // r0["micro_batches"]
     rows = []
@@ -90,7 +90,7 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
         if any(messages(r["calls"]) != measured or r["states"] != mine[0]["states"] for r in mine):
             raise ValueError(f"the ranks of stage {stage} sent or held different amounts")
         predicted = formulas.step_messages(**cfg, **lay, stage=stage, micro_batch=b,
-                                           micro_batches=r0["micro_batches"], **settings(ranks))
+                                           micro_batches=r0["micro_batches"], **run)
         rows.append({"stage": stage, "ranks": sorted(r["rank"] for r in mine),
                      "messages": measured, "messages_formula": predicted,
                      "sent": formulas.sent_bytes(measured, lay["dp"], lay["tp"], r0["backend"]),
@@ -101,7 +101,7 @@ def stage_rows(ranks: list[dict]) -> list[dict]:
                      "activations": max(r["peak_saved"] for r in mine),
                      "activations_formula": formulas.activation_bytes(
                          **cfg, heads=r0["config"]["heads"], **lay, stage=stage, micro_batch=b,
-                         micro_batches=r0["micro_batches"], recompute=settings(ranks)["recompute"]),
+                         micro_batches=r0["micro_batches"], recompute=run["recompute"]),
                      "in_flight": formulas.in_flight(lay["pp"], r0["micro_batches"], stage)})
     return rows
 

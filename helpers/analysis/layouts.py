@@ -64,10 +64,6 @@ def cells(records: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def table_html(records: list[dict]) -> str:
-    """``cells`` as an HTML table (the panel's and the static page's)."""
-    header, rows = cells(records)
-
-    def line(tag: str, row: list[str]) -> str:
-        return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in row) + "</tr>"
-    return (f'<table class="book-runs"><caption>{html.escape(CAPTION)}</caption>' + line("th", header)
-            + "".join(line("td", r) for r in rows) + "</table>")
+    """``cells`` as HTML, under its caption (the panel's and the static page's)."""
+    from ..book import html_table
+    return f"<p><small>{html.escape(CAPTION)}</small></p>" + html_table(*cells(records)).data

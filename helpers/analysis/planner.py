@@ -7,7 +7,8 @@ from typing import Callable
 
 from . import four_d
 from .. import plans
-from ..theory import planner, ring_from_fit
+from ..theory import four_d as four_d_theory, planner, ring_from_fit
+from ..theory.memory import model_state_bytes
 from ..theory.planner import published
 
 NARAYANAN_HEADER = ["model", "t", "p", "d", "GPUs", "batch", "b", "v", "published TFLOP/s", "predicted", "error",
@@ -47,15 +48,6 @@ def ranked_cells(ranked: list[planner.Priced]) -> tuple[list[str], list[list[str
     return RANKED_HEADER, [[i, str(p.layout.mesh()), p.layout.zero, p.layout.recompute, p.layout.micro_batch,
                             p.layout.virtual, f"{p.memory_bytes / 2**30:.1f}", f"{p.step_s:.2f}",
                             f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}"] for i, p in enumerate(ranked, 1)]
-
-
-def why_first(ranked: list[planner.Priced]) -> list[tuple[str, float]]:
-    """Where the first layout's step gains on the second's: (part, seconds the second spends more),
-    largest gain first, only the parts where the second is slower."""
-    if len(ranked) < 2:
-        raise ValueError("a plan of one layout has no runner-up to compare with")
-    a, b = ranked[0].time, ranked[1].time
-    return sorted(((k, b[k] - a[k]) for k in planner.TIME_PARTS if b[k] > a[k]), key=lambda kv: -kv[1])
 
 
 def passing_efficiencies(lows_to_highs=tuple(x / 100 for x in range(40, 61))) -> list[float]:
@@ -120,15 +112,23 @@ def run_tokens(ranks: list[dict]) -> int:
 
 def held_out(ranks: list[dict], cluster: planner.Cluster) -> list[dict]:
     """Per pipeline stage, what one rank held for the model, measured by 8.4's hooks and predicted by
-    the planner for the same layout: states, activations and their sum, and the relative errors."""
-    predicted = planner.stage_memory(run_model(ranks), cluster, run_layout(ranks), run_tokens(ranks))
+    the planner for the same layout: states, activations and their sum, and the relative errors.
+
+    ``kept_whole``: the states of the parameters tensor parallelism keeps whole on every rank (the
+    LayerNorms, the row-split biases), less the 1/tp of them the planner, dividing every parameter by
+    tp, counts; what the planner's states should miss exactly."""
+    model, c, lay = run_model(ranks), ranks[0]["config"], ranks[0]["layout"]
+    predicted = planner.stage_memory(model, cluster, run_layout(ranks), run_tokens(ranks))
     out = []
     for row, mem in zip(four_d.stage_rows(ranks), predicted):
+        kept = four_d_theory.stage_params(c["layers"], c["hidden"], c["vocab"], c["seq"], lay["pp"], row["stage"])[1]
+        kept_whole = sum(model_state_bytes(kept, model.optimizer).values()) * (lay["tp"] - 1) / lay["tp"] / lay["dp"]
         states = sum(mem.get(k, 0.0) for k in STATE_KINDS)
         acts = sum(v for k, v in mem.items() if k not in STATE_KINDS + LEFT_OUT)
         m_states, m_acts = sum(row["states"].values()), row["activations"]
         out.append({"stage": row["stage"], "states": m_states, "states_planner": states, "activations": m_acts,
                     "activations_planner": acts, "left_out": sum(mem.get(k, 0.0) for k in LEFT_OUT),
+                    "kept_whole": kept_whole,
                     "error_states": states / m_states - 1, "error_activations": acts / m_acts - 1,
                     "error": (states + acts) / (m_states + m_acts) - 1})
     return out

@@ -134,11 +134,9 @@ def layer_activation_bytes(shape: Shape, micro_batch: int, tp: int, recompute: s
     attention kernel (no s² scores) and the LayerNorms' statistics, except that the two inputs of
     ``GATHERED_WHOLE`` are kept whole (t times their term). Under full recomputation a block keeps its
     input alone, this rank's slice of the sequence (what it rebuilds in the backward is held only then)."""
-    if recompute == "full":
-        return VALUE_BYTES * micro_batch * shape.seq * shape.hidden / tp
-    terms = activation_terms(shape, micro_batch, tp=tp, sp=True, bytes_per_value=VALUE_BYTES, dropout=False,
-                             attention="flash", norm_stats=True)
-    return sum(terms.values()) + (tp - 1) * sum(terms[k] for k in GATHERED_WHOLE)
+    terms = activation_terms(shape, micro_batch, tp=tp, sp=True, recompute=recompute, bytes_per_value=VALUE_BYTES,
+                             dropout=False, attention="flash", norm_stats=True)
+    return sum(terms.values()) + (tp - 1) * sum(terms.get(k, 0.0) for k in GATHERED_WHOLE)
 
 
 def activation_bytes(layers: int, hidden: int, vocab: int, seq: int, heads: int, dp: int, tp: int, pp: int,

@@ -59,7 +59,7 @@ class Model:
     learned_positions: bool = True
     biases: bool = True
     dropout: bool = False
-    value_bytes: int = 2
+    value_bytes: int = VALUE_BYTES
     optimizer: str = "adam"
     mixed: bool = True
     norm_stats: bool = False
@@ -208,13 +208,14 @@ class Model:
             std = tf.Shape(self.layers, self.hidden, self.heads, self.seq // cp, self.vocab)
             terms = tf.outside_layers_terms(std, micro_batch, tp, sp, self.value_bytes, self.dropout)
             tokens = micro_batch * self.seq / cp
-            first = terms.pop("embedding dropout mask", 0.0) + 8 * (tokens + (self.seq / cp if self.learned_positions else 0))
+            ids = tokens + (self.seq / cp if self.learned_positions else 0)
+            first = terms.pop("embedding dropout mask", 0.0) + 8 * ids
             terms["targets"] = 8 * tokens
             if whole_inputs and sp:
                 for k in ("head input", "cross-entropy log-probabilities"):
                     terms[k] *= tp
             if self.norm_stats:
-                terms["final norm statistics"] = 2 * self.value_bytes * micro_batch * self.seq / cp / (tp if sp else 1)
+                terms["final norm statistics"] = 2 * self.value_bytes * tokens / (tp if sp else 1)
             return first, sum(terms.values())
         return _memo((self, "outside", micro_batch, tp, cp, sp, whole_inputs), count)
 

@@ -14,9 +14,10 @@ parallelism's reduce-scatter + all-gather cost the same) are never hidden (Naray
 section 3.2); data parallelism's reductions hide behind the last micro-batch's backward when
 ``layout.overlap``; ZeRO-2 reduce-scatters and ZeRO-3 gathers every micro-batch (6.2's
 collectives). Memory is ZeRO's states (6.2's ``sharded_state_bytes`` for the model's optimizer and
-precision: 16 bytes a parameter in mixed precision with Adam, 8.1's ``model_states``), the layer activations of ``Model.layer_activation_bytes`` for the
-micro-batches in flight (1F1B: pp - stage; interleaved as Megatron schedules it, Korthikanti et
-al. 2022 section 4.2.3), the output layer's fp32 logits, and ZeRO-3's gathered layers.
+precision: 16 bytes a parameter in mixed precision with Adam, 8.1's ``model_states``), the layer
+activations of ``Model.layer_activation_bytes`` for the micro-batches in flight (1F1B: pp - stage;
+interleaved as Megatron schedules it, Korthikanti et al. 2022 section 4.2.3), the output layer's
+fp32 logits, the token ids and targets, and ZeRO-3's gathered layers.
 Left out, and small at these sizes: the optimizer step's time, the embedding's collectives.
 """
 from __future__ import annotations
