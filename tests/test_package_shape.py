@@ -82,6 +82,22 @@ def test_chapter_cells_are_short_and_define_nothing(path):
         assert all(d.endswith("_right") for d in defs), f"{path.name} cell {i} defines {defs}"
 
 
+# The widest code line the web book shows at 1280 px without a sideways scroll bar
+# (tests/browser/test_layout.py measures it; 130 characters fit, 132 did not).
+SHOWN_LINE_CHARS = 130
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_shown_code_fits_a_laptop_page(path):
+    """The browser's layout test, caught before the book is built."""
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or "remove-cell" in cell.get("metadata", {}).get("tags", []):
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            assert len(line) <= SHOWN_LINE_CHARS, f"{path.name} cell {i}: {len(line)} characters: {line[:60]}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_glue_is_kept_apart_from_asserts(path):
     nb = json.loads(path.read_text())
