@@ -268,6 +268,11 @@ EXPLORERS = {
                      "vocab": "range", "bytes_per_value": "range", "stage": "select", "dp": "range", "tp": "range",
                      "sp": "checkbox", "recompute": "select", "attention": "select", "dropout": "checkbox",
                      "fp32_grad_accum": "checkbox"}),
+    "planner": (lambda: widgets.planner_explorer(),
+                {"layers": "range", "hidden": "range", "head_dim": "range", "q_per_kv": "range", "mlp_ratio": "range",
+                 "moe": "select", "gated": "checkbox", "llama_style": "checkbox", "seq": "range", "vocab": "range",
+                 "batch": "range", "gpus": "range", "gpus_per_node": "range", "memory_gib": "range",
+                 "peak_tflops": "range", "intra_gbps": "range", "inter_gbps": "range", "efficiency": "range"}),
 }
 
 

@@ -41,6 +41,14 @@ def step_breakdown(ranked: list, title: str, labels: list[str] | None = None):
     return finish(fig)
 
 
+def nothing_fits(setting: str):
+    """The planner's explorer's fallback when no layout fits: the setting, and that nothing fits, in words."""
+    fig, ax = plt.subplots(figsize=(9, 1.6))
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"No layout fits.\n{setting}", ha="center", va="center", wrap=True, fontsize=9)
+    return finish(fig)
+
+
 def published_vs_predicted(rows: list, band: float = 0.25):
     """Each row of Table 1 (``published.Row``): teraFLOP/s per GPU published (x) and predicted for the
     published layout (y), the ±``band`` corridor around equality shaded."""

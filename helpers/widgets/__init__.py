@@ -2,8 +2,8 @@
 kernel, in JupyterLab and on the static web book alike; a PNG of the default setting without JavaScript.
 
 ``shell``: what every explorer is. One module per explorer, with its ``.js`` beside it;
-``theory.js`` mirrors the helpers.theory formulas they need (tests/test_explorers.py runs it
-under node against helpers.theory).
+``theory.js`` mirrors the helpers.theory formulas they need, ``planner_theory.js`` theory.planner
+(tests/test_explorers.py and tests/test_planner_explorer.py run them under node against helpers.theory).
 """
 from .amdahl import AmdahlExplorer, amdahl_explorer  # noqa: F401
 from .fit import (FIT_DEFAULTS, GIB, GPT3_MODELS, FitExplorer, fit_advice, fit_case, fit_data,  # noqa: F401
@@ -13,3 +13,5 @@ from . import prediction  # noqa: F401
 from .prediction import PredictionExplorer, prediction_explorer  # noqa: F401
 from . import transformer  # noqa: F401
 from .transformer import TransformerExplorer, transformer_explorer  # noqa: F401
+from . import planner  # noqa: F401
+from .planner import PlannerExplorer, planner_explorer  # noqa: F401

@@ -5,8 +5,9 @@ self-contained ``<div class="explorer" data-explorer="NAME">``: the controls, a
 ``.readout`` (Python's answer for the defaults until the script redraws it), the
 elements the script draws into, the data as ``<script type="application/json">``,
 a ``<noscript>`` PNG with alt text, and one ``<script>``: ``theory.js`` (helpers.theory's
-formulas), ``shell.js`` (reads the controls, calls ``draw`` on every change) and the
-explorer's own ``NAME.js``, which defines ``draw(root, values, data)``. The browser does all
+formulas; an explorer's ``theory`` may name further ports, such as ``planner_theory.js``),
+``shell.js`` (reads the controls, calls ``draw`` on every change) and the explorer's own
+``NAME.js``, which defines ``draw(root, values, data)``. The browser does all
 the work, so the same output is live in JupyterLab and on the static web book, with no kernel.
 """
 from __future__ import annotations
@@ -96,6 +97,7 @@ class Explorer:
     """Base class: a subclass sets ``name`` (its ``NAME.js``) and defines ``page()`` and ``figure()``."""
 
     name = ""
+    theory = ("theory.js",)  # the ports of helpers.theory the explorer's script calls, in load order
 
     def page(self) -> Page:
         raise NotImplementedError
@@ -114,7 +116,7 @@ class Explorer:
         uid = f"{self.name}-{uuid.uuid4().hex[:8]}"
         data = json.dumps(pg.data, allow_nan=False).replace("</", "<\\/")
         src = base64.b64encode(self._png()).decode()
-        js = "\n".join([script("theory.js"), script("shell.js"), script(f"{self.name}.js")])
+        js = "\n".join([*map(script, self.theory), script("shell.js"), script(f"{self.name}.js")])
         rows = "".join(f'<div style="margin: 2px 0">{row}</div>' for row in pg.controls)
         return (f'<div id="{uid}" class="explorer" data-explorer="{self.name}" '
                 f'style="font-family: sans-serif; font-size: 13px">\n{rows}\n{pg.legend}\n'
