@@ -12,7 +12,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 CHAPTERS = sorted(p for p in PAGES if p.startswith("notebooks/"))
 EXPLORER_PAGES = ("notebooks/02_strategies.html", "notebooks/04_1_speedup.html",
-                  "notebooks/04_2_communication.html", "notebooks/04_3_prediction.html")
+                  "notebooks/04_2_communication.html", "notebooks/04_3_prediction.html",
+                  "notebooks/08_1_transformer_bill.html", "notebooks/08_5_plan.html")
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
