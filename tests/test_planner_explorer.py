@@ -55,7 +55,7 @@ def _priced(p: planner.Priced) -> dict:
 
 
 def _layouts(gpus: int) -> list[Layout]:
-    """Every mesh of ``gpus`` from small degrees, at every setting; (sp, flash, overlap, whole_inputs) in three kinds."""
+    """Every mesh of ``gpus`` from small degrees, at every setting; (sp, flash, overlap, whole_inputs) three ways."""
     out = []
     for dp, tp, pp, cp, ep in itertools.product((1, 2, 4), (1, 2), (1, 2, 3), (1, 2), (1, 2)):
         if dp * tp * pp * cp != gpus:
@@ -83,7 +83,8 @@ def test_price_and_check_equal_pythons_to_the_last_bit(model, gpus):
     layouts = _layouts(gpus)
     cases = [_case(m, cluster, layout=asdict(ly), tokens=tokens) for ly in layouts]
     js = node(f"c => {{ {MAKE_JS} const ly = theory.plannerLayout(c.layout);"
-              " return {check: theory.plannerCheck(m, cl, ly, c.tokens), price: theory.plannerPrice(m, cl, ly, c.tokens)}; }",
+              " return {check: theory.plannerCheck(m, cl, ly, c.tokens),"
+              " price: theory.plannerPrice(m, cl, ly, c.tokens)}; }",
               cases, JS)
     assert len(layouts) > 500
     priced = 0
@@ -126,7 +127,8 @@ def test_models_and_clusters_are_refused_in_pythons_words():
            ({"layers": 2, "hidden": 96, "heads": 12, "kv_heads": 5, "seq": 8, "vocab": 16}, None),
            ({"layers": 2, "hidden": 96, "heads": 12, "experts": 2, "top_k": 4, "seq": 8, "vocab": 16}, None),
            (None, {"gpus": 12, "gpus_per_node": 8})]
-    said = node("c => { if (c.model) theory.plannerModel(c.model); else theory.plannerCluster(c.cluster); return 'no'; }",
+    said = node("c => { if (c.model) theory.plannerModel(c.model); else theory.plannerCluster(c.cluster); "
+                "return 'no'; }",
                 [{"model": m, "cluster": cl} for m, cl in bad], JS)
     for (m, cl), js in zip(bad, said):
         with pytest.raises(ValueError) as e:
@@ -148,7 +150,8 @@ def test_the_readout_is_pythons_for_every_setting():
     values = [{**explorer_py.PLANNER_DEFAULTS, **s} for s in SETTINGS]
     data = widgets.planner_explorer().page().data
     script = shell.script("shell.js") + shell.script("planner.js") + f"\nconst DATA = {json.dumps(data)};\n"
-    js = node(script + "v => { const [m, c, t] = setting(v, DATA); return readout(v, DATA, theory.plannerPlan(m, c, t)); }",
+    js = node(script + "v => { const [m, c, t] = setting(v, DATA); "
+                       "return readout(v, DATA, theory.plannerPlan(m, c, t)); }",
               values, JS)
     assert js == [explorer_py.readout_html(v) for v in values]
     assert "No mesh of 8 GPUs fits" in js[4] and "takes as long" in js[5]
@@ -165,6 +168,8 @@ def test_the_explorer_opens_on_the_chapters_example_and_refuses_bad_input():
         widgets.planner_explorer(gpu=8)
     with pytest.raises(ValueError, match="is not one of"):
         widgets.planner_explorer(gpus=7)
+    with pytest.raises(ValueError, match="outside the slider's 0.2-0.8"):
+        widgets.planner_explorer(efficiency=0.95)
     with pytest.raises(ValueError, match="head size \\(96\\) does not divide hidden \\(1024\\)"):
         widgets.planner_explorer(hidden=1024, head_dim=96)
     said = node(shell.script("planner.js") + f"\nv => setting(v, {json.dumps(e.page().data)})",

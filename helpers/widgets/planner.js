@@ -21,7 +21,8 @@ function setting(v, data) {
 }
 
 function seconds(x) {
-  return x >= 1 ? `${theory.fixed(x, 2)} s` : x >= 1e-3 ? `${theory.fixed(x * 1e3, 1)} ms` : `${theory.fixed(x * 1e6, 0)} µs`;
+  if (x >= 1) return `${theory.fixed(x, 2)} s`;
+  return x >= 1e-3 ? `${theory.fixed(x * 1e3, 1)} ms` : `${theory.fixed(x * 1e6, 0)} µs`;
 }
 
 function meshShort(ly) {  // plots.planner.mesh_name
@@ -37,7 +38,8 @@ function title(v, m) {
   const moe = v.moe === "dense" ? "" : `, ${v.moe}`;
   return `${theory.fixed(theory.plannerParams(m) / 1e9, 1)}B parameters: ${m.layers} layers, hidden ${m.hidden}, ` +
     `${m.heads} heads (${m.kv_heads} KV), MLP ${m.mlp_hidden}${m.gated ? " gated" : ""}${moe}, ` +
-    `${v.llama_style ? "Llama" : "GPT"}-style, sequence ${m.seq}; ${theory.fixed(v.batch, 0, true)} sequences a step on ` +
+    `${v.llama_style ? "Llama" : "GPT"}-style, sequence ${m.seq}; ` +
+    `${theory.fixed(v.batch, 0, true)} sequences a step on ` +
     `${theory.fixed(v.gpus, 0, true)} GPUs (${v.gpus_per_node} a node, ${v.memory_gib} GiB, ${v.peak_tflops} TFLOP/s ` +
     `at ${theory.fixed(v.efficiency * 100, 0)}%)`;
 }
@@ -60,9 +62,9 @@ function tableHtml(ranked, shown) {  // analysis.planner.ranked_cells
   const row = (tag, cells) => "<tr>" + cells.map(c => `<${tag}>${esc(c)}</${tag}>`).join("") + "</tr>";
   const rows = ranked.slice(0, shown).map((p, i) => {
     const ly = p.layout;
-    return row("td", [i + 1, `(${[ly.dp, ly.tp, ly.pp, ly.cp, ly.ep].join(", ")})`, ly.zero, ly.recompute, ly.micro_batch,
-      ly.virtual, theory.fixed(p.memory_bytes / GIB, 1), theory.fixed(p.step_s, 2), theory.fixed(p.tokens_per_s, 0, true),
-      theory.fixed(p.mfu * 100, 1) + "%"]);
+    return row("td", [i + 1, `(${[ly.dp, ly.tp, ly.pp, ly.cp, ly.ep].join(", ")})`, ly.zero, ly.recompute,
+      ly.micro_batch, ly.virtual, theory.fixed(p.memory_bytes / GIB, 1), theory.fixed(p.step_s, 2),
+      theory.fixed(p.tokens_per_s, 0, true), theory.fixed(p.mfu * 100, 1) + "%"]);
   });
   return '<table class="planner-ranked" style="font-size: 11px">' + row("th", header) + rows.join("") + "</table>";
 }
@@ -71,11 +73,13 @@ function readout(v, data, ranked) {
   const [model] = setting(v, data);
   const head = `<b>${esc(title(v, model))}</b><br>`;
   if (!ranked.length) {
-    return head + `No mesh of ${theory.fixed(v.gpus, 0, true)} GPUs fits this model in ${v.memory_gib} GiB a GPU at any ` +
+    return head + `No mesh of ${theory.fixed(v.gpus, 0, true)} GPUs fits this model in ${v.memory_gib} GiB a GPU ` +
+      "at any " +
       "ZeRO stage, recomputation, micro-batch or interleaving the planner tries: give it more memory or more GPUs.";
   }
   const best = ranked[0];
-  return head + `${ranked.length} meshes fit. The best, ${meshName(best.layout)}, takes <b>${seconds(best.step_s)}</b> a ` +
+  return head + `${ranked.length} meshes fit. The best, ${meshName(best.layout)}, takes ` +
+    `<b>${seconds(best.step_s)}</b> a ` +
     `step at ${theory.fixed(best.mfu * 100, 1)}% MFU in ${theory.fixed(best.memory_bytes / GIB, 1)} GiB a GPU. ` +
     whyBest(ranked, data.parts) + tableHtml(ranked, data.shown);
 }
@@ -99,7 +103,8 @@ function draw(root, values, data) {
   s += text((X0 + X1) / 2, yAxis + 25, "seconds a step, by part", 'text-anchor="middle"');
   shown.forEach((p, i) => {
     const y = Y0 + ROW * i + 4;
-    s += text(X0 - 6, y + 15, `${i + 1}. ${meshShort(p.layout)}`, `text-anchor="end"${i === 0 ? ' font-weight="bold"' : ""}`);
+    const bold = i === 0 ? ' font-weight="bold"' : "";
+    s += text(X0 - 6, y + 15, `${i + 1}. ${meshShort(p.layout)}`, `text-anchor="end"${bold}`);
     let left = 0;
     for (const part of Object.keys(data.parts)) {
       s += rect(x(left), y, x(left + p.time[part]) - x(left), ROW - 10, data.colors[part]);

@@ -24,7 +24,8 @@ OPTIONS = {"layers": [2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 128],
            "head_dim": [64, 96, 128, 160, 256], "q_per_kv": [1, 2, 4, 8, 16], "mlp_ratio": [2, 2.5, 3, 3.5, 4, 8],
            "seq": [512, 1024, 2048, 4096, 8192, 16384, 32768], "vocab": [32000, 50304, 51200, 128256, 256000],
            "batch": [128, 256, 512, 1024, 1536, 2048, 2304, 3072, 4096, 8192],
-           "gpus": [8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 8192], "gpus_per_node": [1, 2, 4, 8, 16],
+           "gpus": [8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 8192],
+           "gpus_per_node": [1, 2, 4, 8, 16],
            "memory_gib": [16, 24, 32, 40, 48, 80, 96, 141, 192], "peak_tflops": [125, 312, 400, 989, 1979, 2250],
            "intra_gbps": [25, 50, 150, 300, 450, 900], "inter_gbps": [12.5, 25, 50, 100]}
 MOE = {"dense": (1, 1), "8 experts, top-2": (8, 2), "16 experts, top-4": (16, 4), "64 experts, top-8": (64, 8),
@@ -32,6 +33,7 @@ MOE = {"dense": (1, 1), "8 experts, top-2": (8, 2), "16 experts, top-4": (16, 4)
 PART_NAMES = {"compute": "compute", "bubble": "pipeline bubble", "tp": "tensor-parallel all-reduces",
               "cp": "context-parallel sends", "ep": "expert all-to-alls", "pp": "pipeline sends",
               "dp": "data-parallel collectives"}
+EFFICIENCY = (0.2, 0.8, 0.05)  # the efficiency slider: low, high, step
 SHOWN = 5  # layouts in the table and the bars
 GIB = 2**30
 
@@ -40,7 +42,8 @@ def fixed_cluster() -> dict:
     """What the controls leave as Selene has it (``published.selene``): latencies and reserved bytes."""
     from helpers.theory.planner import published
     c = published.selene(8)
-    return {"intra_latency_s": c.intra_latency_s, "inter_latency_s": c.inter_latency_s, "reserved_bytes": c.reserved_bytes}
+    return {"intra_latency_s": c.intra_latency_s, "inter_latency_s": c.inter_latency_s,
+            "reserved_bytes": c.reserved_bytes}
 
 
 def setting(v: dict):
@@ -53,8 +56,9 @@ def setting(v: dict):
     if heads % v["q_per_kv"]:
         raise ValueError(f"{v['q_per_kv']} query heads per KV head do not divide the {heads} heads")
     model = planner.Model(layers=v["layers"], hidden=v["hidden"], heads=heads, seq=v["seq"], vocab=v["vocab"],
-                          kv_heads=heads // v["q_per_kv"], mlp_hidden=round(v["hidden"] * v["mlp_ratio"]), gated=v["gated"], experts=experts,
-                          top_k=top_k, tied_embeddings=not llama, learned_positions=not llama, biases=not llama)
+                          kv_heads=heads // v["q_per_kv"], mlp_hidden=round(v["hidden"] * v["mlp_ratio"]),
+                          gated=v["gated"], experts=experts, top_k=top_k, tied_embeddings=not llama,
+                          learned_positions=not llama, biases=not llama)
     cluster = planner.Cluster(gpus=v["gpus"], gpus_per_node=v["gpus_per_node"], memory_bytes=v["memory_gib"] * GIB,
                               peak_flops=v["peak_tflops"] * 1e12, intra_bandwidth=v["intra_gbps"] * 1e9,
                               inter_bandwidth=v["inter_gbps"] * 1e9, efficiency=v["efficiency"], **fixed_cluster())
@@ -75,8 +79,8 @@ def mesh_name(ly) -> str:
 
 def title(v: dict, model) -> str:
     moe = "" if v["moe"] == "dense" else f", {v['moe']}"
-    return (f"{model.params() / 1e9:.1f}B parameters: {model.layers} layers, hidden {model.hidden}, {model.heads} heads "
-            f"({model.kv_heads} KV), MLP {model.mlp_hidden}{' gated' if model.gated else ''}{moe}, "
+    return (f"{model.params() / 1e9:.1f}B parameters: {model.layers} layers, hidden {model.hidden}, "
+            f"{model.heads} heads ({model.kv_heads} KV), MLP {model.mlp_hidden}{' gated' if model.gated else ''}{moe}, "
             f"{'Llama' if v['llama_style'] else 'GPT'}-style, sequence {model.seq}; {v['batch']:,} sequences a step on "
             f"{v['gpus']:,} GPUs ({v['gpus_per_node']} a node, {v['memory_gib']} GiB, {v['peak_tflops']} TFLOP/s "
             f"at {v['efficiency'] * 100:.0f}%)")
@@ -97,8 +101,10 @@ def why_best(ranked: list) -> str:
 def table_html(ranked: list) -> str:
     from helpers.analysis.planner import ranked_cells
     header, rows = ranked_cells(ranked[:SHOWN])
-    line = lambda tag, cells: "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"  # noqa: E731
-    return '<table class="planner-ranked" style="font-size: 11px">' + line("th", header) + "".join(line("td", r) for r in rows) + "</table>"
+    def line(tag: str, cells: list) -> str:
+        return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
+    return ('<table class="planner-ranked" style="font-size: 11px">' + line("th", header)
+            + "".join(line("td", r) for r in rows) + "</table>")
 
 
 def readout_html(v: dict, ranked: list | None = None) -> str:
@@ -108,11 +114,13 @@ def readout_html(v: dict, ranked: list | None = None) -> str:
     ranked = planner.plan(model, cluster, tokens) if ranked is None else ranked
     head = f"<b>{html.escape(title(v, model))}</b><br>"
     if not ranked:
-        return head + (f"No mesh of {v['gpus']:,} GPUs fits this model in {v['memory_gib']} GiB a GPU at any ZeRO stage, "
-                       "recomputation, micro-batch or interleaving the planner tries: give it more memory or more GPUs.")
+        return head + (f"No mesh of {v['gpus']:,} GPUs fits this model in {v['memory_gib']} GiB a GPU at any "
+                       "ZeRO stage, recomputation, micro-batch or interleaving the planner tries: give it more "
+                       "memory or more GPUs.")
     best = ranked[0]
-    return head + (f"{len(ranked)} meshes fit. The best, {mesh_name(best.layout)}, takes <b>{seconds(best.step_s)}</b> a "
-                   f"step at {best.mfu * 100:.1f}% MFU in {best.memory_bytes / GIB:.1f} GiB a GPU. "
+    return head + (f"{len(ranked)} meshes fit. The best, {mesh_name(best.layout)}, takes "
+                   f"<b>{seconds(best.step_s)}</b> a step at {best.mfu * 100:.1f}% MFU in "
+                   f"{best.memory_bytes / GIB:.1f} GiB a GPU. "
                    f"{why_best(ranked)}{table_html(ranked)}")
 
 
@@ -131,6 +139,9 @@ class PlannerExplorer(shell.Explorer):
                 raise ValueError(f"planner_explorer: {key} = {value!r} is not one of {OPTIONS[key]}")
         if "moe" in values and values["moe"] not in MOE:
             raise ValueError(f"planner_explorer: moe = {values['moe']!r} is not one of {list(MOE)}")
+        if not EFFICIENCY[0] <= values.get("efficiency", EFFICIENCY[0]) <= EFFICIENCY[1]:
+            raise ValueError(f"planner_explorer: efficiency = {values['efficiency']!r} is outside the slider's "
+                             f"{EFFICIENCY[0]}-{EFFICIENCY[1]}")
         self.values = {**PLANNER_DEFAULTS, **values}
         from helpers.theory import planner
         model, cluster, tokens = setting(self.values)  # what theory refuses is refused here, in its words
@@ -161,14 +172,16 @@ class PlannerExplorer(shell.Explorer):
             controls=[c["layers"] + c["hidden"] + c["head_dim"],
                       c["q_per_kv"] + c["mlp_ratio"] + shell.select("moe", "MLP", list(MOE), v["moe"]),
                       shell.checkbox("gated", "gated MLP (SwiGLU)", v["gated"])
-                      + shell.checkbox("llama_style", "Llama-style: RMSNorm, no biases, rotary, untied", v["llama_style"]),
+                      + shell.checkbox("llama_style", "Llama-style: RMSNorm, no biases, rotary, untied",
+                                       v["llama_style"]),
                       c["seq"] + c["vocab"] + c["batch"],
                       c["gpus"] + c["gpus_per_node"] + c["memory_gib"],
                       c["peak_tflops"] + c["intra_gbps"],
-                      c["inter_gbps"] + shell.slider("efficiency", "efficiency", 0.2, 0.8, 0.05, v["efficiency"])],
-            legend=(f"<small>Bandwidths per GPU per direction. Fixed as on Selene: latency {fixed['intra_latency_s'] * 1e6:g} µs "
-                    f"in a node, {fixed['inter_latency_s'] * 1e6:g} µs across; {fixed['reserved_bytes'] / GIB:g} GiB a GPU "
-                    "reserved; bf16 with Adam; flash attention, sequence parallelism and overlapped reductions.</small>"),
+                      c["inter_gbps"] + shell.slider("efficiency", "efficiency", *EFFICIENCY, v["efficiency"])],
+            legend=(f"<small>Bandwidths per GPU per direction. Fixed as on Selene: latency "
+                    f"{fixed['intra_latency_s'] * 1e6:g} µs in a node, {fixed['inter_latency_s'] * 1e6:g} µs across; "
+                    f"{fixed['reserved_bytes'] / GIB:g} GiB a GPU reserved; bf16 with Adam; flash attention, "
+                    "sequence parallelism and overlapped reductions.</small>"),
             readout=readout,
             view='<svg width="720" height="230" viewBox="0 0 720 230"></svg>',
             data={"defaults": fixed, "moe": {k: list(e) for k, e in MOE.items()}, "parts": PART_NAMES, "shown": SHOWN,

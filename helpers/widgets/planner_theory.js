@@ -33,7 +33,8 @@ Object.assign(theory, (function () {
     return {layers: m.layers, hidden: m.hidden, heads: m.heads, seq: m.seq, vocab: m.vocab, tied: m.tied_embeddings,
             kv_heads: m.kv_heads, mlp_hidden: m.mlp_hidden * (perToken ? m.top_k : 1), gated: m.gated};
   }
-  const standard = (m, cp) => ({layers: m.layers, hidden: m.hidden, heads: m.heads, seq: div(m.seq, cp), vocab: m.vocab});
+  const standard = (m, cp) => ({layers: m.layers, hidden: m.hidden, heads: m.heads, seq: div(m.seq, cp),
+                                 vocab: m.vocab});
 
   function parts(m) {
     return memo(m, "parameters", () => {
@@ -53,10 +54,14 @@ Object.assign(theory, (function () {
     });
   }
   const expertParams = m => div(parts(m)["MLP"], m.layers * m.experts);
-  const denseLayerParams = m => { const p = parts(m); return div(p["attention"] + p["LayerNorms"] + (p["router"] || 0), m.layers); };
+  const denseLayerParams = m => {
+    const p = parts(m);
+    return div(p["attention"] + p["LayerNorms"] + (p["router"] || 0), m.layers);
+  };
   const headParams = m => { const p = parts(m); return p["final LayerNorm"] + (p["head"] || 0); };
   const logitsForwardFlops = m => 2.0 * m.seq * m.hidden * m.vocab;
-  const coreForwardFlops = m => memo(m, "core", () => theory.flopsTerms(shape(m), 1, "selective")["recompute"] / m.layers);
+  const coreForwardFlops = m => memo(m, "core",
+                                     () => theory.flopsTerms(shape(m), 1, "selective")["recompute"] / m.layers);
   function layerForwardFlops(m) {
     return memo(m, "layer", () => {
       const forward = theory.flopsTerms(shape(m, true), 1)["forward"] - logitsForwardFlops(m);
@@ -76,7 +81,9 @@ Object.assign(theory, (function () {
         dropout: m.dropout, attention: flash ? "flash" : "materialized", normStats: m.norm_stats});
       if (recompute === "full") return sum(Object.values(terms));
       const sb = div(m.seq, cp) * b;
-      for (const k of ["softmax output", "softmax dropout mask", "attention dropout output"]) if (k in terms) terms[k] *= cp;
+      for (const k of ["softmax output", "softmax dropout mask", "attention dropout output"]) {
+        if (k in terms) terms[k] *= cp;
+      }
       terms["Q and K"] = v * sb * (h + m.kv_hidden) / t;
       terms["V"] = v * sb * m.kv_hidden / t;
       const wide = v * sb * m.top_k * m.mlp_hidden / t;
@@ -94,7 +101,8 @@ Object.assign(theory, (function () {
   // Model.outside_bytes: [first stage's, last stage's] activations outside the layers.
   function outsideBytes(m, b, tp, cp, sp, wholeInputs) {
     return memo(m, `outside ${b} ${tp} ${cp} ${sp} ${wholeInputs}`, () => {
-      const terms = theory.outsideLayersTerms(standard(m, cp), b, {tp, sp, bytesPerValue: m.value_bytes, dropout: m.dropout});
+      const terms = theory.outsideLayersTerms(standard(m, cp), b,
+                                              {tp, sp, bytesPerValue: m.value_bytes, dropout: m.dropout});
       const tokens = b * m.seq / cp, ids = tokens + (m.learned_positions ? m.seq / cp : 0);
       const first = (terms["embedding dropout mask"] || 0.0) + 8 * ids;
       delete terms["embedding dropout mask"];
@@ -139,7 +147,8 @@ Object.assign(theory, (function () {
     const problems = [
       [tokens % m.seq, `the batch (${tokens} tokens) is not whole sequences of ${m.seq}`],
       [gpusOf(ly) !== c.gpus, `dp x tp x pp x cp = ${gpusOf(ly)}, not the cluster's ${c.gpus} GPUs`],
-      [m.heads % ly.tp || m.kv_heads % ly.tp, `tp = ${ly.tp} does not divide ${m.heads} heads and ${m.kv_heads} KV heads`],
+      [m.heads % ly.tp || m.kv_heads % ly.tp,
+       `tp = ${ly.tp} does not divide ${m.heads} heads and ${m.kv_heads} KV heads`],
       [m.mlp_hidden % ly.tp, `tp = ${ly.tp} does not divide the MLP's ${m.mlp_hidden}`],
       [sequences % (ly.dp * ly.micro_batch), `${sequences} sequences do not split into ${ly.dp} replicas ` +
                                              `x micro-batches of ${ly.micro_batch}`],
@@ -179,7 +188,10 @@ Object.assign(theory, (function () {
       const states = shardedStateBytes(n, group, STAGES[ly.zero], m.optimizer, m.mixed ? "master-weights" : "fp32");
       for (const [kind, bytes] of Object.entries(states)) memory[kind] = (memory[kind] || 0.0) + bytes;
     }
-    if (ly.zero === 3) memory["gathered layers"] = 3 * ((denseLayerParams(m) + m.experts * expertParams(m) / ly.ep) / t) * m.value_bytes;
+    if (ly.zero === 3) {  // the layer at work and the next one gathered, and the working layer's gradient
+      const layer = (denseLayerParams(m) + m.experts * expertParams(m) / ly.ep) / t;
+      memory["gathered layers"] = 3 * layer * m.value_bytes;
+    }
     const act = layerActivationBytes(m, b, t, ly.cp, ly.sp, ly.flash, ly.recompute, ly.whole_inputs);
     let inFlight;
     if (ly.pp === 1) inFlight = layers;
@@ -194,7 +206,8 @@ Object.assign(theory, (function () {
     if (last) memory["head and loss"] = outside[1] + (first ? outside[0] : 0.0);
     memory["reserved"] = c.reserved_bytes;
     const rate = c.efficiency * c.peak_flops * t * ly.cp / b;
-    const again = {"none": 0.0, "selective": ly.flash ? 0.0 : coreForwardFlops(m), "full": layerForwardFlops(m)}[ly.recompute];
+    const again = {"none": 0.0, "selective": ly.flash ? 0.0 : coreForwardFlops(m),
+                   "full": layerForwardFlops(m)}[ly.recompute];
     const fwd = (layers * layerForwardFlops(m) + (last ? logitsForwardFlops(m) : 0.0)) / rate;
     const bwd = 2 * fwd + layers * again / rate;
     return [memory, fwd, bwd, layers, dense * m.value_bytes, experts * m.value_bytes];
@@ -255,9 +268,11 @@ Object.assign(theory, (function () {
       const [lat, spb] = link(c, div(gpusOf(ly), ly.pp), ly.pp), hop = lat + tokens * h * v / ly.tp * spb;
       t["pp"] = 2 * (ly.overlap ? ly.virtual * ly.pp - 1 : mbs * ly.virtual + ly.pp - 1) * hop;
     }
-    t["dp"] = Math.max(...devices.map(d => dpTime(c, ly, mbs, fwd - hidden / 3, bwd - 2 * hidden / 3, d[3], d[4], d[5])));
+    // ZeRO hides behind the slowest stage's compute, less what already hides context parallelism
+    t["dp"] = Math.max(...devices.map(d => dpTime(c, ly, mbs, fwd - hidden / 3, bwd - 2 * hidden / 3, ...d.slice(3))));
     const step = sum(Object.values(t)), total = sum(Object.values(memory)), fits = total <= c.memory_bytes;
-    const whyNot = fits ? "" : `needs ${theory.fixed(total / 1e9, 1)} GB a GPU of its ${theory.fixed(c.memory_bytes / 1e9, 1)} GB: ` +
+    const whyNot = fits ? "" : `needs ${theory.fixed(total / 1e9, 1)} GB a GPU of its ` +
+      `${theory.fixed(c.memory_bytes / 1e9, 1)} GB: ` +
       Object.entries(memory).filter(([, b]) => b).map(([k, b]) => `${k} ${theory.fixed(b / 1e9, 1)}`).join(", ");
     const executed = sequences * trainingFlops(m, ly.recompute);
     return {layout: ly, fits, why_not: whyNot, memory_bytes: total, memory, step_s: step, time: t, micro_batches: mbs,
@@ -282,14 +297,18 @@ Object.assign(theory, (function () {
           const dp = div(n, tp * cc * pp);
           const eps = m.experts > 1 ? divisors(m.experts).filter(e => (dp * cc) % e === 0) : [1];
           for (const ep of eps) {
-            const best = bestOf(m, c, tokens, [dp, tp, pp, cc, ep], zero, micro_batches, virtual, sp && tp > 1, flash, overlap);
+            const best = bestOf(m, c, tokens, [dp, tp, pp, cc, ep], zero, micro_batches, virtual, sp && tp > 1,
+                                flash, overlap);
             if (best !== null) found.push(best);
           }
         }
       }
     }
-    const key = p => [Number(p.step_s.toPrecision(9)), p.layout.tp * p.layout.pp * p.layout.cp * p.layout.ep, p.memory_bytes];
-    const ranked = found.map(p => [key(p), p]).sort(([a], [b]) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]).map(([, p]) => p);
+    // plan._order: fastest first; on a tie (to 9 digits) the fewer GPUs splitting a replica, then the roomier
+    const key = p => [Number(p.step_s.toPrecision(9)), p.layout.tp * p.layout.pp * p.layout.cp * p.layout.ep,
+                      p.memory_bytes];
+    const ranked = found.map(p => [key(p), p]).sort(([a], [b]) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2])
+      .map(([, p]) => p);
     return top === null ? ranked : ranked.slice(0, top);
   }
   function bestOf(m, c, tokens, [dp, tp, pp, cp, ep], zero, microBatches, virtual, sp, flash, overlap) {
@@ -298,7 +317,8 @@ Object.assign(theory, (function () {
       for (const v of virtual.filter(x => x === 1 || pp > 1)) {
         for (const z of zero) {
           for (const r of RECOMPUTE) {
-            const ly = plannerLayout({dp, tp, pp, cp, ep, zero: z, recompute: r, micro_batch: b, virtual: v, sp, flash, overlap});
+            const ly = plannerLayout({dp, tp, pp, cp, ep, zero: z, recompute: r, micro_batch: b, virtual: v, sp, flash,
+                                      overlap});
             if (plannerCheck(m, c, ly, tokens)) break;
             const priced = plannerPrice(m, c, ly, tokens);
             if (priced.fits) {
