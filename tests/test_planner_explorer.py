@@ -175,3 +175,16 @@ def test_the_explorer_opens_on_the_chapters_example_and_refuses_bad_input():
     said = node(shell.script("planner.js") + f"\nv => setting(v, {json.dumps(e.page().data)})",
                 [{**e.values, "hidden": 1024, "head_dim": 96}], JS)
     assert said == [{"error": "the head size (96) does not divide hidden (1024)"}]
+
+
+def test_a_setting_that_cannot_be_planned_says_why_and_still_follows_every_control():
+    """A head size that does not divide hidden: the reason, beside the setting, which each control changes."""
+    e = widgets.planner_explorer()
+    bad = {**e.values, "hidden": 25600, "head_dim": 256, "q_per_kv": 16}  # 100 heads, not in groups of 16
+    cases = [bad, {**bad, "moe": "8 experts, top-2"}, {**bad, "gated": True}, {**bad, "llama_style": True}]
+    said = node(shell.script("shell.js") + shell.script("planner.js") + f"\nv => answer(v, {json.dumps(e.page().data)})",
+                cases, JS)
+    with pytest.raises(ValueError) as why:
+        explorer_py.setting(bad)
+    assert all(s[1] == [] and s[0].startswith("<b>Cannot plan ") and s[0].endswith(f": {why.value}.") for s in said)
+    assert len({s[0] for s in said}) == len(cases)

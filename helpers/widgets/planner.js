@@ -84,14 +84,32 @@ function readout(v, data, ranked) {
     whyBest(ranked, data.parts) + tableHtml(ranked, data.shown);
 }
 
+// The setting in words, whatever it is: what the readout shows beside the reason it cannot be planned
+// (a head size that does not divide hidden, say), so that every control still changes what the reader sees.
+function described(v) {
+  return `${v.layers} layers, hidden ${v.hidden}, head size ${v.head_dim}, ${v.q_per_kv} Q heads per KV head, ` +
+    `MLP ${v.mlp_ratio} x hidden${v.gated ? " gated" : ""}, ${v.moe}, ${v.llama_style ? "Llama" : "GPT"}-style`;
+}
+
+// [the readout, the ranked layouts]: Python's readout_html, or why this setting cannot be planned.
+function answer(values, data) {
+  let planned;
+  try {
+    planned = setting(values, data);
+  } catch (err) {
+    return [`<b>Cannot plan ${esc(described(values))}</b>: ${esc(err.message)}.`, []];
+  }
+  const ranked = theory.plannerPlan(...planned);
+  return [readout(values, data, ranked), ranked];
+}
+
 function draw(root, values, data) {
-  const [model, cluster, tokens] = setting(values, data);
-  const ranked = theory.plannerPlan(model, cluster, tokens);
-  root.querySelector(".readout").innerHTML = readout(values, data, ranked);
+  const [said, ranked] = answer(values, data);
+  root.querySelector(".readout").innerHTML = said;
   const shown = ranked.slice(0, data.shown), X0 = 150, X1 = 600, Y0 = 10, ROW = 30;
   let s = "";
   if (!shown.length) {
-    root.querySelector("svg").innerHTML = text(20, 30, "No layout fits: nothing to draw.");
+    root.querySelector("svg").innerHTML = text(20, 30, "No layout to draw.");
     return;
   }
   const xs = ticks(Math.max(...shown.map(p => p.step_s))), xmax = xs[xs.length - 1];
