@@ -271,13 +271,23 @@ Object.assign(theory, (function () {
     // ZeRO hides behind the slowest stage's compute, less what already hides context parallelism
     t["dp"] = Math.max(...devices.map(d => dpTime(c, ly, mbs, fwd - hidden / 3, bwd - 2 * hidden / 3, ...d.slice(3))));
     const step = sum(Object.values(t)), total = sum(Object.values(memory)), fits = total <= c.memory_bytes;
-    const whyNot = fits ? "" : `needs ${theory.fixed(total / 1e9, 1)} GB a GPU of its ` +
-      `${theory.fixed(c.memory_bytes / 1e9, 1)} GB: ` +
-      Object.entries(memory).filter(([, b]) => b).map(([k, b]) => `${k} ${theory.fixed(b / 1e9, 1)}`).join(", ");
     const executed = sequences * trainingFlops(m, ly.recompute);
-    return {layout: ly, fits, why_not: whyNot, memory_bytes: total, memory, step_s: step, time: t, micro_batches: mbs,
-            tokens_per_s: sequences * s / step, hardware_flops: executed / (step * gpusOf(ly)),
-            mfu: sequences * trainingFlops(m, "none") / (step * gpusOf(ly) * c.peak_flops)};
+    const priced = {layout: ly, fits, why_not: "", memory_bytes: total, memory, step_s: step, time: t,
+                    micro_batches: mbs, tokens_per_s: sequences * s / step,
+                    hardware_flops: executed / (step * gpusOf(ly)),
+                    mfu: sequences * trainingFlops(m, "none") / (step * gpusOf(ly) * c.peak_flops)};
+    // why_not is written when read: a plan prices thousands of layouts that do not fit and reads none of
+    // their reasons, and Python's number formats (theory.fixed) were half of a plan's time
+    let whyNot = fits ? "" : null;
+    Object.defineProperty(priced, "why_not", {enumerable: true, get: () => {
+      if (whyNot === null) {
+        whyNot = `needs ${theory.fixed(total / 1e9, 1)} GB a GPU of its `
+          + `${theory.fixed(c.memory_bytes / 1e9, 1)} GB: `
+          + Object.entries(memory).filter(([, b]) => b).map(([k, b]) => `${k} ${theory.fixed(b / 1e9, 1)}`).join(", ");
+      }
+      return whyNot;
+    }});
+    return priced;
   }
 
   function divisors(n) {
