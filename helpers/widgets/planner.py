@@ -101,6 +101,7 @@ def why_best(ranked: list) -> str:
 def table_html(ranked: list) -> str:
     from helpers.analysis.planner import ranked_cells
     header, rows = ranked_cells(ranked[:SHOWN])
+
     def line(tag: str, cells: list) -> str:
         return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
     return ('<table class="planner-ranked" style="font-size: 11px">' + line("th", header)
