@@ -74,14 +74,14 @@ function readout(v, data, ranked) {
   const head = `<b>${esc(title(v, model))}</b><br>`;
   if (!ranked.length) {
     return head + `No mesh of ${theory.fixed(v.gpus, 0, true)} GPUs fits this model in ${v.memory_gib} GiB a GPU ` +
-      "at any " +
-      "ZeRO stage, recomputation, micro-batch or interleaving the planner tries: give it more memory or more GPUs.";
+      "at any ZeRO stage, recomputation, micro-batch or interleaving the planner tries: give it more memory or " +
+      "more GPUs.";
   }
   const best = ranked[0];
   return head + `${ranked.length} meshes fit. The best, ${meshName(best.layout)}, takes ` +
-    `<b>${seconds(best.step_s)}</b> a ` +
-    `step at ${theory.fixed(best.mfu * 100, 1)}% MFU in ${theory.fixed(best.memory_bytes / GIB, 1)} GiB a GPU. ` +
-    whyBest(ranked, data.parts) + tableHtml(ranked, data.shown);
+    `<b>${seconds(best.step_s)}</b> a step at ${theory.fixed(best.mfu * 100, 1)}% MFU in ` +
+    `${theory.fixed(best.memory_bytes / GIB, 1)} GiB a GPU. ` + whyBest(ranked, data.parts) +
+    tableHtml(ranked, data.shown);
 }
 
 // The setting in words, whatever it is: what the readout shows beside the reason it cannot be planned
