@@ -45,7 +45,7 @@ MAKE_JS = "const m = theory.plannerModel(c.model), cl = theory.plannerCluster(c.
 
 
 def _case(model, cluster, **extra):
-    return {"model": {k: v for k, v in asdict(model).items()}, "cluster": asdict(cluster), **extra}
+    return {"model": asdict(model), "cluster": asdict(cluster), **extra}
 
 
 def _priced(p: planner.Priced) -> dict:

@@ -122,7 +122,8 @@ def held_out(ranks: list[dict], cluster: planner.Cluster) -> list[dict]:
     out = []
     for row, mem in zip(four_d.stage_rows(ranks), predicted):
         kept = four_d_theory.stage_params(c["layers"], c["hidden"], c["vocab"], c["seq"], lay["pp"], row["stage"])[1]
-        kept_whole = sum(model_state_bytes(kept, model.optimizer).values()) * (lay["tp"] - 1) / lay["tp"] / lay["dp"]
+        whole_states = sum(model_state_bytes(kept, model.optimizer, model.state_precision).values())
+        kept_whole = whole_states * (lay["tp"] - 1) / lay["tp"] / lay["dp"]
         states = sum(mem.get(k, 0.0) for k in STATE_KINDS)
         acts = sum(v for k, v in mem.items() if k not in STATE_KINDS + LEFT_OUT)
         m_states, m_acts = sum(row["states"].values()), row["activations"]

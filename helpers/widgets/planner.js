@@ -2,7 +2,7 @@
 // (planner_theory.js), its readout (Python's readout_html, mirrored), and the best layouts' steps by part.
 // values: layers, hidden, head_dim, q_per_kv, mlp_ratio, gated, llama_style, moe, seq, vocab, batch,
 // gpus, gpus_per_node, memory_gib, peak_tflops, intra_gbps, inter_gbps, efficiency;
-// data: defaults (latencies, reserved bytes), moe, parts, shown, colors.
+// data: defaults (latencies, reserved bytes), moe, parts, shown, ranked_header, colors.
 const GIB = 2 ** 30;
 
 // planner.setting: the Model, the Cluster and the global batch in tokens.
@@ -56,17 +56,16 @@ function whyBest(ranked, parts) {
   return `The runner-up, ${meshName(b.layout)}, takes ${seconds(b.step_s - a.step_s)} longer: ${said}.`;
 }
 
-function tableHtml(ranked, shown) {  // analysis.planner.ranked_cells
-  const header = ["#", "mesh (dp, tp, pp, cp, ep)", "ZeRO", "recompute", "micro-batch", "chunks",
-                  "memory a GPU (GiB)", "step (s)", "tokens/s", "MFU"];
-  const row = (tag, cells) => "<tr>" + cells.map(c => `<${tag}>${esc(c)}</${tag}>`).join("") + "</tr>";
-  const rows = ranked.slice(0, shown).map((p, i) => {
+// planner.table_html: analysis.planner.ranked_cells in book.html_table
+function tableHtml(ranked, data) {
+  const row = (tag, cells) => "<tr>" + cells.map(c => `<${tag}>${c}</${tag}>`).join("") + "</tr>";
+  const rows = ranked.slice(0, data.shown).map((p, i) => {
     const ly = p.layout;
     return row("td", [i + 1, `(${[ly.dp, ly.tp, ly.pp, ly.cp, ly.ep].join(", ")})`, ly.zero, ly.recompute,
       ly.micro_batch, ly.virtual, theory.fixed(p.memory_bytes / GIB, 1), theory.fixed(p.step_s, 2),
       theory.fixed(p.tokens_per_s, 0, true), theory.fixed(p.mfu * 100, 1) + "%"]);
   });
-  return '<table class="planner-ranked" style="font-size: 11px">' + row("th", header) + rows.join("") + "</table>";
+  return '<div style="font-size: 11px"><table>' + row("th", data.ranked_header) + rows.join("") + "</table></div>";
 }
 
 function readout(v, data, ranked) {
@@ -81,7 +80,7 @@ function readout(v, data, ranked) {
   return head + `${ranked.length} meshes fit. The best, ${meshName(best.layout)}, takes ` +
     `<b>${seconds(best.step_s)}</b> a step at ${theory.fixed(best.mfu * 100, 1)}% MFU in ` +
     `${theory.fixed(best.memory_bytes / GIB, 1)} GiB a GPU. ` + whyBest(ranked, data.parts) +
-    tableHtml(ranked, data.shown);
+    tableHtml(ranked, data);
 }
 
 // The setting in words, whatever it is: what the readout shows beside the reason it cannot be planned

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 
 from . import shell
+from ..analysis.planner import RANKED_HEADER
 
 PLANNER_DEFAULTS = {"layers": 80, "hidden": 12288, "head_dim": 128, "q_per_kv": 1, "mlp_ratio": 4, "gated": False,
                     "llama_style": False, "moe": "dense", "seq": 2048, "vocab": 51200, "batch": 2304, "gpus": 1536,
@@ -99,13 +100,10 @@ def why_best(ranked: list) -> str:
 
 
 def table_html(ranked: list) -> str:
+    """The five best as ``analysis.planner.ranked_cells`` in ``book.html_table``, in small type."""
     from helpers.analysis.planner import ranked_cells
-    header, rows = ranked_cells(ranked[:SHOWN])
-
-    def line(tag: str, cells: list) -> str:
-        return "<tr>" + "".join(f"<{tag}>{html.escape(str(c))}</{tag}>" for c in cells) + "</tr>"
-    return ('<table class="planner-ranked" style="font-size: 11px">' + line("th", header)
-            + "".join(line("td", r) for r in rows) + "</table>")
+    from helpers.book import html_table
+    return '<div style="font-size: 11px">' + html_table(*ranked_cells(ranked[:SHOWN])).data + "</div>"
 
 
 def readout_html(v: dict, ranked: list | None = None) -> str:
@@ -145,14 +143,13 @@ class PlannerExplorer(shell.Explorer):
                              f"{EFFICIENCY[0]}-{EFFICIENCY[1]}")
         self.values = {**PLANNER_DEFAULTS, **values}
         from helpers.theory import planner
-        model, cluster, tokens = setting(self.values)  # what theory refuses is refused here, in its words
-        self.ranked = planner.plan(model, cluster, tokens)
+        self.model, cluster, tokens = setting(self.values)  # what theory refuses is refused here, in its words
+        self.ranked = planner.plan(self.model, cluster, tokens)
 
     def figure(self):
         from helpers.plots.planner import nothing_fits, step_breakdown
-        said = title(self.values, setting(self.values)[0])
         if not self.ranked:
-            return nothing_fits(said)
+            return nothing_fits(title(self.values, self.model))
         return step_breakdown(self.ranked[:SHOWN], f"The planner's {min(SHOWN, len(self.ranked))} best layouts")
 
     def page(self) -> shell.Page:
@@ -186,9 +183,10 @@ class PlannerExplorer(shell.Explorer):
             readout=readout,
             view='<svg width="720" height="230" viewBox="0 0 720 230"></svg>',
             data={"defaults": fixed, "moe": {k: list(e) for k, e in MOE.items()}, "parts": PART_NAMES, "shown": SHOWN,
+                  "ranked_header": RANKED_HEADER,
                   "colors": {k: to_hex(c) for k, c in PART_COLORS.items()}},
-            alt=f"The planner's best layouts, each step by part, for {title(v, setting(v)[0])}. "
-                + readout.split("<br>", 1)[1].split("<table", 1)[0].replace("<b>", "").replace("</b>", ""),
+            alt=f"The planner's best layouts, each step by part, for {title(v, self.model)}. "
+                + readout.split("<br>", 1)[1].split("<div", 1)[0].replace("<b>", "").replace("</b>", ""),
         )
 
 

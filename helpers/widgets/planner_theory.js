@@ -5,9 +5,7 @@
 // plannerCluster fill in the defaults and refuse what Python refuses, with Python's words).
 Object.assign(theory, (function () {
   const RECOMPUTE = theory.RECOMPUTE, TIME_PARTS = ["compute", "bubble", "tp", "cp", "ep", "pp", "dp"];
-  const STAGES = ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"];
-  const SHARDED = {"DDP": [], "ZeRO-1": ["optimizer states"], "ZeRO-2": ["optimizer states", "gradients"],
-                   "ZeRO-3": ["optimizer states", "gradients", "parameters"]};
+  const SHARDED = theory.SHARDED, STAGES = Object.keys(SHARDED);  // ZeRO's stages, in order (theory.sharding)
   const OPTIMIZER_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2};
   const sum = values => values.reduce((s, v) => s + v, 0);
   const div = (a, b) => Math.floor(a / b);  // Python's // on whole numbers
@@ -343,6 +341,6 @@ Object.assign(theory, (function () {
     return best;
   }
 
-  return {PLANNER_TIME_PARTS: TIME_PARTS, plannerModel, plannerCluster, plannerLayout, plannerCheck, plannerPrice,
-          plannerPlan, plannerParams: m => sum(Object.values(parts(m))), plannerTrainingFlops: trainingFlops};
+  return {plannerModel, plannerCluster, plannerLayout, plannerCheck, plannerPrice, plannerPlan,
+          plannerParams: m => sum(Object.values(parts(m)))};
 })());

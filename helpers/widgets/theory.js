@@ -303,6 +303,6 @@ Object.assign(theory, (function () {
     return sh.layers * total(activationTerms(sh, b, o)) + total(outsideLayersTerms(sh, b, o));
   }
 
-  return {RECOMPUTE, parameters, parameterCount: sh => total(parameters(sh)), parametersPerRank, flopsTerms,
+  return {RECOMPUTE, SHARDED, parameters, parameterCount: sh => total(parameters(sh)), parametersPerRank, flopsTerms,
           flopsPerToken, sixN, modelStates, activationTerms, outsideLayersTerms, modelActivationBytes};
 })());

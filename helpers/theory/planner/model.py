@@ -82,6 +82,12 @@ class Model:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed experts ({self.experts})")
 
     @property
+    def state_precision(self) -> str:
+        """``theory.memory``'s precision of the states: a float32 master copy beside 16-bit weights and
+        gradients when ``mixed``, else float32 throughout."""
+        return "master-weights" if self.mixed else "fp32"
+
+    @property
     def kv_hidden(self) -> int:
         """Width of K (and of V): kv_heads x head_dim."""
         return self.kv_heads * (self.hidden // self.heads)

@@ -118,8 +118,7 @@ def _device(model, cluster, ly, rank, mbs):
     stage = STAGES[ly.zero]
     memory = {}
     for n, group in ((dense, ly.dp * ly.cp), (experts, ly.dp * ly.cp // ly.ep)):
-        for kind, nbytes in sharded_state_bytes(n, group, stage, model.optimizer,
-                                                "master-weights" if model.mixed else "fp32").items():
+        for kind, nbytes in sharded_state_bytes(n, group, stage, model.optimizer, model.state_precision).items():
             memory[kind] = memory.get(kind, 0.0) + nbytes
     if ly.zero == 3:  # the layer at work and the next one gathered, and the working layer's gradient
         layer = (model.dense_layer_params() + model.experts * model.expert_params() / ly.ep) / t
