@@ -9,7 +9,8 @@
   about the book itself (how many chapters, which launch jobs) from ``book_facts``.
 * ``book.css`` fits code and math to the column; ``book.js`` makes the header's sidebar toggles work.
 * The build fails on a broken internal link: Sphinx checks its own references,
-  but not the links inside notebook outputs and raw HTML.
+  but not the links inside notebook outputs and raw HTML. It fails too on a page that
+  loads anything from another host (myst-nb's widget manager comes from CDNs by default).
 """
 from __future__ import annotations
 
@@ -45,9 +46,12 @@ def _drop_thebe(app: Sphinx, pagename, templatename, context, doctree) -> None:
 
 def _check_links(app: Sphinx, exception) -> None:
     if exception is None and app.builder.format == "html":
-        from site_links import broken_links  # beside this file: Jupyter Book puts book/_ext on sys.path
+        from site_links import broken_links, offsite_assets  # beside this file, on Jupyter Book's sys.path
         if broken := broken_links(Path(app.outdir)):
             raise ExtensionError("broken internal links:\n" + "\n".join(f"  {page}: {href}" for page, href in broken))
+        if offsite := offsite_assets(Path(app.outdir)):
+            raise ExtensionError("pages that load from off the site, so fail offline (ship it in _static/):\n"
+                                 + "\n".join(f"  {page}: {url}" for page, url in offsite))
 
 
 def setup(app: Sphinx) -> dict:

@@ -1,4 +1,5 @@
-"""Every internal link of a built site, checked: the page or file exists, and so does its #anchor."""
+"""A built site, checked: every internal link's page or file exists, and so does its #anchor; and
+nothing a page loads (a script, a stylesheet, an image, a frame) comes from off the site."""
 from __future__ import annotations
 
 from html.parser import HTMLParser
@@ -10,6 +11,7 @@ class _Page(HTMLParser):
     def __init__(self):
         super().__init__()
         self.links: list[str] = []
+        self.assets: list[str] = []  # what the browser fetches to show the page, not what a reader clicks
         self.ids: set[str] = set()
 
     def handle_starttag(self, tag, attrs):
@@ -21,6 +23,15 @@ class _Page(HTMLParser):
         for key in ("href", "src"):
             if a.get(key) and not (tag == "link" and key == "href" and a.get("rel") == "canonical"):
                 self.links.append(a[key])
+        if tag in _FETCHED and (url := a.get(_FETCHED[tag])) and (tag != "link" or _LOADS & set(
+                (a.get("rel") or "").split())):
+            self.assets.append(url)
+
+
+# The tags whose attribute the browser fetches on its own; a <link> only for these rels.
+_FETCHED = {"script": "src", "img": "src", "iframe": "src", "source": "src", "video": "src", "audio": "src",
+            "embed": "src", "link": "href"}
+_LOADS = {"stylesheet", "icon", "preload", "modulepreload", "prefetch", "manifest"}
 
 
 def _read(path: Path) -> _Page:
@@ -49,3 +60,10 @@ def broken_links(site: Path) -> list[tuple[str, str]]:
                 if unquote(parts.fragment) not in ids:
                     broken.append((str(path.relative_to(site)), link))
     return broken
+
+
+def offsite_assets(site: Path) -> list[tuple[str, str]]:
+    """(page, url) for everything a page of ``site`` loads from another host: it fails offline."""
+    return [(str(path.relative_to(site)), url)
+            for path in sorted(site.resolve().rglob("*.html")) if "_static" not in path.parts
+            for url in _read(path).assets if urlsplit(url).netloc]

@@ -1,17 +1,21 @@
 """Fixtures for the browser tests: Debian's chromium under Selenium, cut off from the internet.
 
 The browser resolves every host but 127.0.0.1 to nothing, so a page that needs a CDN
-fails here as it would offline. Screenshots go to ``_build/screenshots`` (CI artifacts).
+fails here as it would offline, and every request it makes is read from its network log:
+one that leaves 127.0.0.1 fails the test that made it, or, if no test asked, the module.
+Screenshots go to ``_build/screenshots`` (CI artifacts).
 """
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import tempfile
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from selenium import webdriver
@@ -47,12 +51,14 @@ def browser():
                  "--disable-component-update", "--disable-sync", "--window-size=1280,900",
                  f"--host-resolver-rules={OFFLINE}", f"--user-data-dir={profile}"):
         options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(DRIVER))
     driver.set_page_load_timeout(60)
     yield driver
+    left = offsite_requests(driver)
     driver.quit()
     shutil.rmtree(profile, ignore_errors=True)
+    assert left == [], f"requests that left 127.0.0.1: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +83,14 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def console_errors(driver) -> list[str]:
     """The page's console errors since the last call (each call drains the log)."""
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def offsite_requests(driver) -> list[str]:
+    """Every URL the browser asked for off 127.0.0.1 since the last call (each call drains the log)."""
+    urls = (json.loads(e["message"])["message"] for e in driver.get_log("performance"))
+    asked = (m["params"]["request"]["url"] for m in urls if m["method"] == "Network.requestWillBeSent")
+    return [u for u in asked if urlsplit(u).scheme in ("http", "https", "ws", "wss")
+            and urlsplit(u).hostname != "127.0.0.1"]
 
 
 # Resolves once MathJax has typeset the page (or at once if the page has no math).

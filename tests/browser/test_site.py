@@ -6,7 +6,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PAGES, TYPESET, console_errors, move_every_control, open_page, screenshot
+from conftest import (PAGES, TYPESET, console_errors, move_every_control, offsite_requests, open_page,
+                      screenshot)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -23,7 +24,7 @@ def test_the_site_has_every_chapter():
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_is_clean_typeset_and_loaded(browser, site, page):
-    console_errors(browser)  # drain what an earlier page left
+    console_errors(browser), offsite_requests(browser)  # drain what an earlier page left
     open_page(browser, site, page)
     browser.set_script_timeout(30)
     math = browser.execute_async_script(TYPESET)
@@ -36,6 +37,7 @@ def test_page_is_clean_typeset_and_loaded(browser, site, page):
     overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 1, f"{page} is {overflow}px wider than the window: a table or output does not scroll"
     assert console_errors(browser) == [], page
+    assert offsite_requests(browser) == [], f"{page} asked for these off the site (offline, it cannot)"
 
 
 @pytest.mark.parametrize("page", EXPLORER_PAGES)
