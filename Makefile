@@ -50,8 +50,10 @@ test: unit notebooks build
 	@if $(MAKE) --no-print-directory browser-deps; then $(MAKE) --no-print-directory browser; else \
 	 echo "make test: SKIPPED the browser tests (tests/browser): no chromium and chromedriver. $(BROWSER_HOW)"; exit 1; fi
 
+# Most unit tests wait (on ranks starting, timeouts, kills), so more run at once than there are cores.
+UNIT_WORKERS ?= 3
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q --ignore=tests/browser
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser -n $(UNIT_WORKERS)
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.
 notebooks: $(STAMP)
