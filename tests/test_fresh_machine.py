@@ -7,7 +7,7 @@ is missing and this user is not root, `make test` runs the rest and its last lin
 
 Each test runs `make` in a copy of the tree (tracked files and new ones, with their times, so the venv
 is up to date there) and a PATH of every program on this machine's PATH but the hidden ones. The venv
-is this run's own: `.ci/run` creates it from nothing on each clean clone.
+is this run's own, never reinstalled here: `.ci/run` creates it from nothing on each clean clone.
 """
 from __future__ import annotations
 
@@ -56,9 +56,13 @@ def tree(tmp_path_factory) -> Path:
 
 
 def make(tree: Path, path: str, *targets: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`make` in the copy on this run's venv, which it must never reinstall: `-o` takes the venv as
+    made, else an edited requirements.txt would reinstall the copy's helpers into it (editable)."""
     env = {**os.environ, "PATH": path}
-    return subprocess.run(["make", "--no-print-directory", f"VENV={VENV}", *targets], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(["make", "--no-print-directory", f"VENV={VENV}", "-o", f"{VENV}/.installed", *targets],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
+    assert "pip install" not in done.stdout, done.stdout
+    return done
 
 
 def test_the_npm_steps_run_on_the_venvs_node_with_none_on_the_system(tree, tmp_path):
