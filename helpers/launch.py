@@ -141,9 +141,11 @@ def _root_cause(run_dir: Path, failure: BaseException, restart: int = 0) -> Exce
     ranks reported is an echo.
 
     In order: the earliest error a rank raised by itself; else a rank that died without raising
-    (a signal); else the earliest error raised in a collective (which fails in every rank).
+    (a signal); else the earliest error raised in a collective (which fails in every rank), one that
+    says its peer hung up (``protocol.peer_gone``) last: that peer failed first, whoever was quicker
+    to catch it.
     """
-    errors = protocol.read_errors(run_dir, restart)
+    errors = sorted(protocol.read_errors(run_dir, restart), key=lambda e: bool(e.get("echo")))  # stable
     own = [e for e in errors if not e.get("collective")]
     died = None
     if isinstance(failure, ChildFailedError) and failure.failures:

@@ -119,6 +119,9 @@ def _write_json(path: str | os.PathLike, record: dict) -> None:
 # waits this long before reporting it, so the launcher first sees the peer that died (a SIGKILL leaves
 # no record) and ends this rank before it can report an echo as the cause.
 PEER_GRACE = 1.0
+# What gloo (and a TCPStore client) says when the other end of a socket went away: the peer failed,
+# and this rank only heard of it.
+PEER_GONE = ("closed by peer", "reset by peer", "broken pipe")
 
 
 def raised_in_torch_distributed(e: BaseException) -> bool:
@@ -129,8 +132,18 @@ def raised_in_torch_distributed(e: BaseException) -> bool:
     return tb is not None and f"torch{os.sep}distributed{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
+def peer_gone(e: BaseException) -> bool:
+    """Whether ``e`` says that a peer hung up on this rank: an echo of the peer's own failure."""
+    return any(words in str(e).lower() for words in PEER_GONE)
+
+
 def write_error(e: BaseException) -> None:
-    """Under ``helpers.launch``, note this rank's exception (the first one only) for the launcher."""
+    """Under ``helpers.launch``, note this rank's exception (the first one only) for the launcher.
+
+    The record's ``time`` is when the rank caught it, before any grace: two ranks that failed a
+    millisecond apart wake from the same grace together, and on a shared core either may write first.
+    """
+    caught = time.time()
     path = os.environ.get(ERROR_FILE)
     if not path or os.path.exists(path):
         return
@@ -139,11 +152,12 @@ def write_error(e: BaseException) -> None:
         time.sleep(PEER_GRACE)
     _write_json(path, {"rank": int(os.environ.get("RANK", 0)), "type": type(e).__name__,
                        "message": str(e), "traceback": "".join(traceback.format_exception(e)),
-                       "time": time.time(), "collective": collective, "restart": restart_count()})
+                       "time": caught, "collective": collective, "echo": collective and peer_gone(e),
+                       "restart": restart_count()})
 
 
 def read_errors(run_dir: str | os.PathLike, restart: int = 0) -> list[dict]:
-    """Every rank's reported exception in one attempt of the job (0: the first), earliest first.
+    """Every rank's reported exception in one attempt of the job (0: the first), the earliest caught first.
 
     A job that failed after its restarts failed in its last attempt: the earlier ones
     failed too (that is why the agent restarted), but they are not how it ended.

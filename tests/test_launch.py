@@ -222,6 +222,63 @@ def test_log_tail_reads_a_chunk_at_a_time_and_cuts_a_line_without_end(tmp_path, 
     assert "".join(pieces) == "x" * (10 * chunk)
 
 
+class _GraceClock:
+    """protocol's clock: a grace passes at once, and the rank then wakes ``late`` seconds after it."""
+
+    def __init__(self):
+        self.now, self.late = 0.0, 0.0
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds + self.late
+
+
+def _fail_in_torch_distributed(run_dir, monkeypatch, clock, rank: int, at: float, late: float, said: str):
+    from helpers import protocol
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv(protocol.ERROR_FILE, str(protocol.error_file(run_dir, rank)))
+    clock.now, clock.late = at, late
+    protocol.write_error(RuntimeError(said))
+
+
+@pytest.mark.parametrize("second_said", ["Gloo connectFullMesh failed with timed out connecting: SO_ERROR: "
+                                         "Connection refused, remote=[127.0.0.1]:1",
+                                         "Read error [127.0.0.1]:2: Connection reset by peer"])
+def test_the_rank_that_failed_first_is_named_whichever_wakes_first_from_the_grace(tmp_path, monkeypatch,
+                                                                                   second_said):
+    """Chapter 7.1's lost round on one core: rank 0's gloo connect fails, rank 1 fails 0.5 ms later, both
+    wait out PEER_GRACE, and rank 1 wakes first. Rank 0 is the cause, in either order of writing."""
+    from helpers import protocol
+    from helpers.launch import _root_cause
+    clock = _GraceClock()
+    monkeypatch.setattr(protocol, "time", clock)
+    monkeypatch.setattr(protocol, "raised_in_torch_distributed", lambda e: True)
+    first = ("Gloo connectFullMesh failed with timed out connecting: SO_ERROR: Connection refused, "
+             "remote=[127.0.0.1]:3")
+    _fail_in_torch_distributed(tmp_path, monkeypatch, clock, 0, at=10.0, late=0.005, said=first)
+    _fail_in_torch_distributed(tmp_path, monkeypatch, clock, 1, at=10.0005, late=0.0, said=second_said)
+    assert [e["time"] for e in protocol.read_errors(tmp_path)] == [10.0, 10.0005]  # when each caught it
+    cause = _root_cause(tmp_path, RuntimeError("the agent's ChildFailedError"))
+    assert (cause.rank, cause.message) == (0, first)
+
+
+def test_a_peer_that_hung_up_is_an_echo_even_when_caught_first(tmp_path, monkeypatch):
+    """A rank whose error says its peer hung up heard of the peer's failure, whoever caught theirs first."""
+    from helpers import protocol
+    from helpers.launch import _root_cause
+    clock = _GraceClock()
+    monkeypatch.setattr(protocol, "time", clock)
+    monkeypatch.setattr(protocol, "raised_in_torch_distributed", lambda e: True)
+    _fail_in_torch_distributed(tmp_path, monkeypatch, clock, 1, at=10.0, late=0.0,
+                               said="Connection closed by peer [127.0.0.1]:4")
+    _fail_in_torch_distributed(tmp_path, monkeypatch, clock, 0, at=10.01, late=0.0,
+                               said="Default process group has not been initialized")
+    assert [(e["rank"], e["echo"]) for e in protocol.read_errors(tmp_path)] == [(1, True), (0, False)]
+    assert _root_cause(tmp_path, RuntimeError("the agent's ChildFailedError")).rank == 0
+
+
 def test_a_rank_can_set_up_a_second_group_after_the_first():
     results = launch(smoke.two_groups_in_a_row, nprocs=2, timeout=60)
     assert [r["sums"] for r in results] == [[2.0, 2.0], [2.0, 2.0]]

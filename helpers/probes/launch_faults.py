@@ -32,6 +32,20 @@ def killed_after_collective(rank: int = 1) -> dict:
         return {"rank": ctx.rank}
 
 
+def fails_as_it_hangs_up(rank: int = 0) -> dict:
+    """``rank`` ends its group, so its sockets close, then fails in torch.distributed (no group left).
+    The others' all_reduce fails as the sockets close, so their echo ("Connection closed by peer") is
+    caught about 10 ms before the error that caused it. On a loaded core, chapter 7.1's trap can put
+    gloo's connect failure in one rank and the read error it causes in the other in that order too."""
+    with distributed() as ctx:
+        dist.barrier()
+        if ctx.rank == rank:
+            dist.destroy_process_group()
+            dist.all_reduce(torch.ones(1))  # raises: the default group is gone
+        dist.all_reduce(torch.ones(1))
+        return {"rank": ctx.rank}
+
+
 def where_it_met() -> dict:
     """One all_reduce, and the address and port the ranks' environment named for it."""
     with distributed() as ctx:
