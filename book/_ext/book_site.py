@@ -8,6 +8,8 @@
 * The landing page's machine facts are MyST substitutions from ``helpers.sentences``, and its facts
   about the book itself (how many chapters, which launch jobs) from ``book_facts``.
 * ``book.css`` fits code and math to the column; ``book.js`` makes the header's sidebar toggles work.
+* The landing redirect that sphinx-external-toc writes as ``index.html`` is one <meta> line;
+  a browser then asks for /favicon.ico, a 404 in the console. It gets the site's icon and a link.
 * The build fails on a broken internal link: Sphinx checks its own references,
   but not the links inside notebook outputs and raw HTML. It fails too on a page that
   loads anything from another host (myst-nb's widget manager comes from CDNs by default).
@@ -44,6 +46,19 @@ def _drop_thebe(app: Sphinx, pagename, templatename, context, doctree) -> None:
         context["script_files"] = [js for js in context["script_files"] if not thebe(js)]
 
 
+def _whole_redirect(app: Sphinx, exception) -> None:
+    index = Path(app.outdir) / "index.html"
+    if exception is None and app.builder.format == "html" and index.is_file():
+        text = index.read_text(encoding="utf-8").strip()
+        if text.startswith('<meta http-equiv="Refresh"') and text.count("\n") == 0:
+            target = text.split("url=", 1)[1].split('"', 1)[0]
+            icon = Path(app.config.html_favicon or "").name
+            index.write_text(
+                f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{text}\n'
+                f'<link rel="icon" href="_static/{icon}"><title>{app.config.html_title}</title></head>\n'
+                f'<body><a href="{target}">{app.config.html_title}</a></body></html>\n', encoding="utf-8")
+
+
 def _check_links(app: Sphinx, exception) -> None:
     if exception is None and app.builder.format == "html":
         from site_links import broken_links, offsite_assets  # beside this file, on Jupyter Book's sys.path
@@ -57,7 +72,8 @@ def _check_links(app: Sphinx, exception) -> None:
 def setup(app: Sphinx) -> dict:
     app.connect("config-inited", _configure)
     app.connect("html-page-context", _drop_thebe)
-    app.connect("build-finished", _check_links)
+    app.connect("build-finished", _whole_redirect, priority=900)  # after sphinx-external-toc writes it
+    app.connect("build-finished", _check_links, priority=950)
     app.add_css_file(CJK_FONT)
     app.add_css_file("book.css")
     app.add_js_file("book.js")  # the sidebar toggles in the article header work (see the file)
