@@ -76,8 +76,9 @@ browser-deps:
 	   { echo "apt-get could not install chromium and chromium-driver (its message is above)"; exit 1; }
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
+## Three at once: the pages mostly wait on chromium, and JupyterLab's tests on a kernel's run.
 browser: $(STAMP) browser-deps lab-extension
-	$(BIN)/python -m pytest tests/browser -q
+	$(BIN)/python -m pytest tests/browser -q -n 3
 
 # JupyterLab shows the prose as the web book does (book/_lab): the extension is built from npm's
 # registry once, then installed into the venv with the settings that keep JupyterLab quiet.
