@@ -14,6 +14,7 @@ book shows the bar's final state, as a live run would.
 from __future__ import annotations
 
 import copy
+import fcntl
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -76,8 +77,14 @@ def pytest_sessionfinish(session, exitstatus):
     if not _ran:
         return
     from jupyter_cache import get_cache
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with open(CACHE.parent / f"{CACHE.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist's workers, each with its own notebooks, write in turn
+        _store(get_cache(str(CACHE)))
+
+
+def _store(cache) -> None:
     from jupyter_cache.base import CacheBundleIn
-    cache = get_cache(str(CACHE))
     for path, ran in _ran.items():
         # A notebook that failed, or did not run every cell, keeps no entry: the book must not
         # show outputs of an older version beside code that no longer produces them.
