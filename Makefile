@@ -67,8 +67,11 @@ endif
 
 # Most unit tests wait (on ranks starting, timeouts, kills), so more run at once than there are cores.
 UNIT_WORKERS ?= 3
-unit: $(STAMP) | notebooks-timed
+unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q --ignore=tests/browser -n $(UNIT_WORKERS)
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+unit: | notebooks-timed  # within `make test` only: `make unit` runs the unit tests alone, at once
+endif
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.
 NBVAL = PYTHONPATH=tests $(BIN)/python -m pytest -p book_cache --nbval-lax --nbval-current-env \
