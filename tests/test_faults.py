@@ -57,7 +57,7 @@ def test_a_rank_that_fails_as_it_hangs_up_is_named_not_its_peers_earlier_echo():
         with pytest.raises(RankError) as info:
             launch(faults.fails_as_it_hangs_up, i % 2, nprocs=2, show=None)
         assert (info.value.rank, info.value.exc_type) == (i % 2, "ValueError"), str(info.value)
-    run_trials("15. a rank fails in torch.distributed as it hangs up on its peer", trial)
+    run_trials("12. a rank fails in torch.distributed as it hangs up on its peer", trial)
 
 
 def test_a_rank_hung_in_a_collective_times_out():

@@ -22,6 +22,13 @@ def click(panel, key: str) -> None:
     panel.find_element(By.CSS_SELECTOR, f".book-run-{key}").click()
 
 
+def bar_text(driver) -> str:
+    """The run's progress line, read in one step: the bar is redrawn as the run goes, and an element
+    found in one call can be gone by the next (a StaleElementReferenceException, seen under load)."""
+    return driver.execute_script(
+        "const bar = document.querySelector('.book-run-panel progress'); return bar ? bar.parentElement.innerText : ''")
+
+
 def table_rows(panel) -> int:
     return len(panel.find_elements(By.CSS_SELECTOR, ".book-run-table tr")) - 1  # the header
 
@@ -53,9 +60,7 @@ def test_the_panel_runs_a_layout_refuses_a_wrong_one_and_stops_a_long_one(browse
     panel.find_element(By.CSS_SELECTOR, ".book-run-steps input").clear()
     panel.find_element(By.CSS_SELECTOR, ".book-run-steps input").send_keys("50\t")
     click(panel, "go")
-    WebDriverWait(browser, 120, poll_frequency=0.2).until(
-        lambda d: "/50" in (d.find_elements(By.CSS_SELECTOR, ".book-run-panel progress") or [None])[0]
-        .find_element(By.XPATH, "..").text if d.find_elements(By.CSS_SELECTOR, ".book-run-panel progress") else False)
+    WebDriverWait(browser, 120, poll_frequency=0.2).until(lambda d: "/50" in bar_text(d))
     click(panel, "stop")
     WebDriverWait(browser, 60).until(lambda d: "stopped" in status(panel))
     assert "every rank was killed" in status(panel) and table_rows(panel) == 1
