@@ -26,9 +26,8 @@ import socket
 from datetime import timedelta
 
 import torch.distributed as dist
-from torch.distributed.elastic.rendezvous import RendezvousParameters, rendezvous_handler_registry
+from torch.distributed.elastic.rendezvous import RendezvousParameters, dynamic_rendezvous, rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
 HOST = "127.0.0.1"
 BACKEND = "helpers-loopback"  # LaunchConfig's rdzv_backend
@@ -59,10 +58,26 @@ class _Backend(C10dRendezvousBackend):
 def _handler(params: RendezvousParameters):
     """torch's c10d rendezvous handler (``registry._create_c10d_handler``), its stores on loopback."""
     own = store(timeout=timedelta(seconds=params.get_as_int("read_timeout", 60)))
-    handler = create_handler(own, _Backend(own, params.run_id), params)
+    handler = dynamic_rendezvous.create_handler(own, _Backend(own, params.run_id), params)
     # Round 0's rank 0 serves MASTER_PORT's store from this method (DynamicRendezvousHandler).
     handler._create_tcp_store_server = lambda addr, port: store(port)
+    handler.__class__ = _OneNodeHandler  # torch's create_handler builds the base class itself
     return handler
+
+
+class _OneNodeHandler(dynamic_rendezvous.DynamicRendezvousHandler):
+    """torch's handler without its first round's random wait of 0 to 0.3 s, which spreads many
+    nodes' first joins apart: a launch has one node, and the wait was half a warm launch here
+    (bench/launch.py). Its other waits (a second between polls of the store) stay. A subclass, not
+    a wrapper stored on the handler: that would hold the handler, and its stores, in a cycle."""
+
+    def next_rendezvous(self):
+        wait = dynamic_rendezvous._delay
+        dynamic_rendezvous._delay = lambda seconds: None if isinstance(seconds, tuple) else wait(seconds)
+        try:
+            return super().next_rendezvous()
+        finally:
+            dynamic_rendezvous._delay = wait
 
 
 def _register() -> None:

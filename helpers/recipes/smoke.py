@@ -19,6 +19,20 @@ def allreduce_rank() -> dict:
                 "machine": machine.to_json(machine.this())}
 
 
+def stamped_allreduce() -> dict:
+    """``allreduce_rank``'s job, stamped on the host's shared clock (``time.perf_counter``): when the
+    rank's code began, when its group had connected, when it had torn the group down. The launcher's
+    own stages are stamped around it by bench/launch.py."""
+    began = time.perf_counter()
+    with distributed() as ctx:
+        connected = time.perf_counter()
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        worked = time.perf_counter()
+    return {"rank": ctx.rank, "began": began, "connected": connected, "worked": worked,
+            "torn_down": time.perf_counter()}
+
+
 def fail_on(rank: int, message: str = "boom") -> dict:
     with distributed() as ctx:
         print(f"rank {ctx.rank} starting", flush=True)
