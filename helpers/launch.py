@@ -215,7 +215,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         warnings.warn(note, SharedCoresWarning, stacklevel=2)
 
     run_dir = Path(tempfile.mkdtemp(prefix="helpers-launch-"))
-    env = {protocol.TIMEOUT: str(timeout), "GLOO_SOCKET_IFNAME": this_machine().loopback,
+    env = {protocol.TIMEOUT: str(timeout + protocol.GROUP_MARGIN_S), "GLOO_SOCKET_IFNAME": this_machine().loopback,
            "NCCL_SOCKET_IFNAME": this_machine().loopback, protocol.MACHINE: to_json(this_machine()),
            **({protocol.BACKEND: backend} if backend else {})}
     if threads:

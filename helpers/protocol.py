@@ -27,6 +27,10 @@ DEFAULT_SEED = 0
 
 # Environment variables the launcher sets in every rank.
 TIMEOUT = "HELPERS_TIMEOUT"          # seconds: the process group's timeout
+# A launch's group outlives its deadline by this much, so that the launcher, not a collective's own
+# timeout, ends a hang: it reads every rank's stack first. The deadline counts from when the last
+# rank started; a rank that started earlier and inits its group at once is that much ahead of it.
+GROUP_MARGIN_S = 30.0
 BACKEND = "HELPERS_BACKEND"          # "gloo" or "nccl" if the caller chose one
 THREADS = "HELPERS_THREADS"          # torch threads per rank if the caller chose them
 ERROR_FILE = "HELPERS_ERROR_FILE"    # where this rank reports its exception
@@ -61,7 +65,8 @@ def abort_message(run_dir: str | os.PathLike, rank: int) -> str:
 
 
 def group_timeout(default: float = 600.0) -> timedelta:
-    """The process group's timeout: the launch's ``timeout`` under helpers.launch, else ``default``."""
+    """The process group's timeout: under helpers.launch, the launch's ``timeout`` plus ``GROUP_MARGIN_S``
+    (set by the launcher in ``TIMEOUT``), else ``default``."""
     return timedelta(seconds=float(os.environ.get(TIMEOUT, default)))
 
 

@@ -26,7 +26,7 @@ def stamped_allreduce() -> dict:
     began = time.perf_counter()
     with distributed() as ctx:
         connected = time.perf_counter()
-        t = torch.ones(1)
+        t = torch.ones(1, device=ctx.device)
         dist.all_reduce(t)
         worked = time.perf_counter()
     return {"rank": ctx.rank, "began": began, "connected": connected, "worked": worked,
