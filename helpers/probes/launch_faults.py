@@ -118,6 +118,10 @@ def serve(preload: list[str] | None = None) -> None:
     loggers = [logging.getLogger(n) for n in ("torch.distributed.elastic", "torch.multiprocessing")]
     for lg in loggers:
         lg.setLevel(logging.INFO)  # what a launch must give back, however it ends
+    # ipykernel installs Python's KeyboardInterrupt handler while a cell runs; do so here too, for a
+    # process started from a background job of a non-interactive shell inherits SIGINT ignored, and
+    # Python then leaves it ignored (a CI run started with `&` lost every interrupt this way).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _answer(event="ready", pid=os.getpid())
     for command in sys.stdin:
         start = time.monotonic()
