@@ -156,6 +156,69 @@ def usable_cores() -> int:
     return len(usable_cpus())
 
 
+# --- How busy the machine was: the other processes' share of its cores ---------------------------
+
+@dataclass(frozen=True)
+class Load:
+    """Over ``seconds`` of wall time, ``others`` cores' worth of CPU went to processes outside this
+    one and its children (and to the hypervisor, as steal), on the ``cores`` this process may use."""
+
+    seconds: float
+    others: float
+    cores: int
+
+    @property
+    def share(self) -> float:
+        return self.others / self.cores
+
+
+def _busy_seconds(cpus: set[int]) -> float:
+    """CPU seconds spent on anything but idling, summed over ``cpus`` since boot."""
+    import psutil
+    times = psutil.cpu_times(percpu=True)
+    return sum(sum(t) - t.idle - getattr(t, "iowait", 0.0) for i, t in enumerate(times) if i in cpus)
+
+
+def _own_seconds() -> float:
+    """CPU seconds of this process and every descendant: those alive, and those they have reaped
+    (a rank that ended counts in the forkserver that waited for it)."""
+    import psutil
+    total, me = 0.0, psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class LoadWatch:
+    """How busy other processes kept this machine's cores during a measurement: ``with
+    machine.LoadWatch() as w:`` then ``w.load``, or ``w = LoadWatch().start()`` in one cell and
+    ``load = w.stop()`` in a later one (a chapter glues what that means for its timings)."""
+
+    def start(self) -> "LoadWatch":
+        import time
+        self._cpus = usable_cpus()
+        self._start = (time.monotonic(), _busy_seconds(self._cpus), _own_seconds())
+        return self
+
+    def stop(self) -> Load:
+        import time
+        t0, busy0, own0 = self._start
+        wall = max(time.monotonic() - t0, 1e-9)
+        others = (_busy_seconds(self._cpus) - busy0) - (_own_seconds() - own0)
+        self.load = Load(seconds=wall, others=max(0.0, others / wall), cores=len(self._cpus))
+        return self.load
+
+    def __enter__(self) -> "LoadWatch":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def to_json(m: Machine) -> str:
     return json.dumps({**dataclasses.asdict(m), "gpus": list(m.gpus), "cpu_flags": sorted(m.cpu_flags)})
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import plans
-from ..machine import Machine
+from ..machine import Load, Machine
 
 
 def _runs(m: Machine, chapter: str) -> dict[str, str]:
@@ -49,3 +49,17 @@ def _loopback_nodes(m: Machine, nodes: str) -> str:
                 f"{'them' if m.n_gpus > 1 else 'it'}, so they run gloo on the CPU: each agent numbers its "
                 "ranks from LOCAL_RANK 0, so both would take cuda:0, and NCCL refuses two ranks on one GPU")
     return f"{nodes[0].upper()}{nodes[1:]} run gloo on the CPU, as every job on this machine does"
+
+
+QUIET = 0.1  # below this share of the cores, other processes' use is background noise
+
+
+def load_said(load: Load) -> str:
+    """What a timing chapter says about how busy the machine was while it measured (``machine.LoadWatch``)."""
+    cores = f"{load.cores} core{'s' if load.cores != 1 else ''}"
+    head = f"While these timings were measured, other processes used {load.others:.1f} of this machine's {cores}"
+    if load.share < QUIET:
+        return head + ": a quiet machine, so the scatter beside each comparison is the machine's own."
+    return (head + ": a busy machine, so its timings are slower and more scattered than it would give alone. "
+            "Each comparison on this page is made round by round, its two sides seconds apart, so that the "
+            "load falls on both.")
