@@ -12,6 +12,7 @@ kernels ran::
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import resource
 import sys
@@ -76,6 +77,18 @@ def mesh(device: torch.device, shape: tuple[int, ...], names: tuple[str, ...] | 
     """
     from torch.distributed.device_mesh import init_device_mesh
     return init_device_mesh(device.type, tuple(shape), mesh_dim_names=names)
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None):
+    """torch's intra-op threads set to ``n`` inside the block (None: left as they are), restored after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def sync(device: torch.device | None) -> None:

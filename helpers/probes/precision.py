@@ -166,9 +166,10 @@ def autocast_op_table(device: torch.device | None = None, dtype: torch.dtype | N
 # --- fp32 against autocast, measured -----------------------------------------------------
 
 def step_times(dtypes: list[torch.dtype | None], steps: int = 10, batch_size: int = 64, seed: int = 0,
-               device: torch.device | None = None) -> dict[str, list[float]]:
+               device: torch.device | None = None, threads: int | None = None) -> dict[str, list[float]]:
     """Time ``steps`` training steps of ``SimpleModel`` per dtype (None: fp32), round-robin so that
-    every dtype sees the same machine. float16 gets a GradScaler, as it needs one."""
+    every dtype sees the same machine, on ``threads`` CPU threads (None: torch's). float16 gets a
+    GradScaler, as it needs one."""
     device = device or devices.of_process()
     torch.manual_seed(seed)
     x, y = torch.randn(batch_size, 1, 28, 28, device=device), torch.randint(0, 10, (batch_size,), device=device)
@@ -180,17 +181,18 @@ def step_times(dtypes: list[torch.dtype | None], steps: int = 10, batch_size: in
         return lambda: train_step(model, opt, x, y, scaler, dtype)
 
     runs = {amp.dtype_name(dtype): make(dtype) for dtype in dtypes}
-    for step in runs.values():  # warm-up: first calls pick and compile kernels
-        step()
     times = {k: [] for k in runs}
-    for i in range(steps):
-        for name in turns(list(runs), i):
-            step = runs[name]
-            devices.sync(device)
-            start = time.perf_counter()
+    with devices.cpu_threads(threads):
+        for step in runs.values():  # warm-up: first calls pick and compile kernels
             step()
-            devices.sync(device)
-            times[name].append(time.perf_counter() - start)
+        for i in range(steps):
+            for name in turns(list(runs), i):
+                step = runs[name]
+                devices.sync(device)
+                start = time.perf_counter()
+                step()
+                devices.sync(device)
+                times[name].append(time.perf_counter() - start)
     return times
 
 
@@ -202,10 +204,11 @@ def _evaluate(model: nn.Module, device: torch.device, dtype: torch.dtype | None)
 
 def side_by_side(width: int = 1024, depth: int = 4, epochs: int = 4, batch_size: int = 64,
                  lr: float = 0.02, momentum: float = 0.9, seed: int = 0,
-                 device: torch.device | None = None) -> dict:
+                 device: torch.device | None = None, threads: int | None = None) -> dict:
     """Train two copies of ``WideMLP`` from the same weights on the same batches, one in fp32 and
     one under the book's autocast policy (``helpers.amp``), alternating step by step so that both
-    see the same machine; time every step, then score both on the test split.
+    see the same machine, on ``threads`` CPU threads (None: torch's); time every step, then score
+    both on the test split.
     """
     device = device or devices.of_process()
     dtype = amp.autocast_dtype(device)
@@ -221,16 +224,17 @@ def side_by_side(width: int = 1024, depth: int = 4, epochs: int = 4, batch_size:
     times = {k: [] for k in models}
     losses = {k: [] for k in models}
     n = 0
-    for _ in range(epochs):
-        for idx in torch.randperm(len(y), generator=g).split(batch_size):
-            xb, yb = x[idx.to(device)], y[idx.to(device)]
-            for name in turns(["fp32", "autocast"], n):  # who goes first alternates
-                devices.sync(device)
-                start = time.perf_counter()
-                losses[name].append(steps[name](xb, yb))
-                devices.sync(device)
-                times[name].append(time.perf_counter() - start)
-            n += 1
+    with devices.cpu_threads(threads):
+        for _ in range(epochs):
+            for idx in torch.randperm(len(y), generator=g).split(batch_size):
+                xb, yb = x[idx.to(device)], y[idx.to(device)]
+                for name in turns(["fp32", "autocast"], n):  # who goes first alternates
+                    devices.sync(device)
+                    start = time.perf_counter()
+                    losses[name].append(steps[name](xb, yb))
+                    devices.sync(device)
+                    times[name].append(time.perf_counter() - start)
+                n += 1
     result = {"device": str(device), "dtype": str(dtype), "width": width, "depth": depth,
               "batch_size": batch_size, "steps": n, "times": times, "losses": losses,
               "accuracy": {k: _evaluate(m, device, None if k == "fp32" else dtype) for k, m in models.items()},

@@ -27,10 +27,7 @@ def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int 
     if n < 1 or repeats < 1:
         raise ValueError(f"n and repeats must be at least 1, got {n} and {repeats}")
     device = device or devices.of_process()
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
+    with devices.cpu_threads(threads):
         g = torch.Generator(device="cpu").manual_seed(0)
         a, b = (torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2))
         best = float("inf")
@@ -41,8 +38,6 @@ def matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int 
             devices.sync(device)
             if i:  # the first call warms the caches and the thread pool
                 best = min(best, time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(before)
     return 2 * n**3 / best
 
 
