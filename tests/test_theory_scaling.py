@@ -59,6 +59,41 @@ def test_fit_step_model_recovers_serial_and_per_sample_times():
     assert fit.alpha(2, 128) > fit.alpha(2, 512)  # bigger batch, smaller serial share
 
 
+def test_a_measured_contention_scales_the_per_sample_time_of_its_p():
+    # two ranks side by side each 1.5 times as slow as one alone (another process on the cores)
+    truth = theory.StepModel({1: 0.7e-3, 2: 1.4e-3}, 16e-6, {2: 1.5})
+    p, b = [1, 1, 2, 2, 1, 2], [128, 256, 64, 128, 512, 256]
+    t = [truth.seconds(pp, bb) for pp, bb in zip(p, b)]
+    assert truth.seconds(2, 100) == pytest.approx(1.4e-3 + 1.5 * 16e-6 * 100)
+    fit = theory.fit_step_model(p, b, t, {2: 1.5})
+    assert fit.per_sample == pytest.approx(16e-6) and fit.serial[2] == pytest.approx(1.4e-3)
+    assert fit.speedup(2, 512) == pytest.approx(truth.speedup(2, 512))
+    # without it, one per-sample time for both p cannot fit both lines: the prediction misses
+    blind = theory.fit_step_model(p, b, t)
+    assert abs(blind.speedup(2, 1024) - truth.speedup(2, 1024)) > 0.05
+    for bad in ({2: 0.0}, {2: -1.0}, {2: float("nan")}):
+        with pytest.raises(ValueError, match="contention"):
+            theory.fit_step_model(p, b, t, bad)
+
+
+def test_scaling_runs_pair_each_rounds_shrink_with_its_contention():
+    from helpers.analysis import ScalingRuns
+    rows = []
+    for rnd, busy in enumerate((1.0, 1.5, 2.0)):  # the machine busier each round, on p = 2 only
+        for p, G in ((1, 320), (1, 960), (2, 640), (2, 960)):
+            per_rank = G // p
+            k = busy if p == 2 else 1.0
+            rows.append({"round": rnd, "p": p, "G": G, "per_rank_batch": per_rank,
+                         "data": 0.0, "forward": k * 1e-5 * per_rank, "backward": k * 2e-5 * per_rank})
+    runs = ScalingRuns(rows)
+    got = runs.shrink(960, 320)
+    assert got["contention"] == pytest.approx(1.5) and got["work"] == pytest.approx(0.5)
+    assert got["shrink"] == pytest.approx(0.75) and (got["contention_lo"], got["contention_hi"]) == (1.0, 2.0)
+    assert runs.contention(2, 320) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="no round"):
+        runs.shrink(1280, 320)
+
+
 # --- Communication (4.2) ----------------------------------------------------------------
 
 SIZES = np.array([4096 * 2**k for k in range(15)], float)

@@ -6,6 +6,8 @@ from ..training import median
 
 # --- Chapter 4.1: strong and weak scaling ------------------------------------------------
 
+PARALLEL = ("data", "forward", "backward")  # the phases whose work a rank's share of the batch sets
+
 class ScalingRuns:
     """The blocks of ``scaling.scaling_sweep``: (round, p, G = p * per-rank batch) -> seconds by phase."""
 
@@ -28,14 +30,43 @@ class ScalingRuns:
         pts = [(p, s) for p in ps for s in self.speedups(p, G)]
         return [p for p, _ in pts], [s for _, s in pts]
 
+    def parallel_seconds(self, p: int, G: int, phases=PARALLEL) -> dict[int, float]:
+        """Per round: the seconds of ``phases`` (the work that splits over the ranks) in the (p, G) block."""
+        return {r["round"]: sum(r[ph] for ph in phases) for r in self.rows if r["p"] == p and r["G"] == G}
+
+    def shrink(self, G: int, b: int, phases=PARALLEL) -> dict[str, float]:
+        """Per round, paired: ``phases`` at p = 2 over p = 1 at global batch G (``shrink``); the contention,
+        the same ``phases`` of a per-rank batch b side by side (p = 2, G = 2b) over alone (p = 1, G = b), 1
+        where each rank has a core to itself; and ``work``, the shrink with the contention divided out.
+        The medians over the rounds, and the contention's range."""
+        rounds = [self.parallel_seconds(p, g, phases) for p, g in ((2, G), (1, G), (2, 2 * b), (1, b))]
+        both = sorted(set.intersection(*(set(r) for r in rounds)))
+        if not both:
+            raise ValueError(f"no round has the blocks (p, G) = (2, {G}), (1, {G}), (2, {2 * b}) and (1, {b})")
+        shrink = [rounds[0][r] / rounds[1][r] for r in both]
+        contention = [rounds[2][r] / rounds[3][r] for r in both]
+        return {"shrink": median(shrink), "contention": median(contention), "contention_lo": min(contention),
+                "contention_hi": max(contention), "work": median(s / c for s, c in zip(shrink, contention)),
+                "n": len(both)}
+
     def fit_amdahl(self, ps: list[int], G: int) -> theory.AmdahlFit:
         return theory.fit_amdahl(*self.points(ps, G))
 
-    def step_model(self, ps: list[int], G_below: int) -> theory.StepModel:
-        """``theory.fit_step_model`` on every block with p in ``ps`` and G < ``G_below``."""
+    def contention(self, p: int, b: int, phases=PARALLEL) -> float:
+        """How much slower each of p ranks computed a per-rank batch b side by side than one rank alone:
+        the median over rounds of ``phases`` at (p, G = p b) over (1, G = b), paired by round."""
+        together, alone = self.parallel_seconds(p, p * b, phases), self.parallel_seconds(1, b, phases)
+        ratios = [together[r] / alone[r] for r in sorted(together) if r in alone]
+        if not ratios:
+            raise ValueError(f"no round has the blocks (p, G) = ({p}, {p * b}) and (1, {b})")
+        return median(ratios)
+
+    def step_model(self, ps: list[int], G_below: int, contention: dict | None = None) -> theory.StepModel:
+        """``theory.fit_step_model`` on every block with p in ``ps`` and G < ``G_below``, with each p's
+        measured ``contention`` (``ScalingRuns.contention``) where given."""
         seen = [r for r in self.rows if r["G"] < G_below and r["p"] in ps]
         return theory.fit_step_model([r["p"] for r in seen], [r["per_rank_batch"] for r in seen],
-                                     [r["step"] for r in seen])
+                                     [r["step"] for r in seen], contention)
 
     def weak(self, ps: list[int], b: int) -> dict[int, dict[str, float]]:
         """Weak scaling at per-rank batch b: samples/s, efficiency T_1(b)/T_p(b), scaled speedup."""

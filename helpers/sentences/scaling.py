@@ -16,10 +16,11 @@ def speedup(m: Machine) -> dict[str, str]:
                      "share its arithmetic units")
         else:
             turns = "the two ranks take turns on this machine's one core"
-        return {"shrink_claim": f"(asserted above {shrink}; not asserted below 0.8, as it is where each rank "
+        return {"shrink_claim": f"(the time before that division asserted above {shrink}; not asserted below 0.8, "
+                                "as it is where each rank "
                                 f"has a core of its own: {turns}, and each computes at full speed only while "
                                 "the other waits in its all_reduce)",
-                "weak_claim": f"(asserted below {weak} times: {turns})",
+                "weak_claim": f"(the throughput before that division asserted below {weak} times one rank's: {turns})",
                 "past_claim": "This run had one core, so no point past it was planned."}
     past = (f"Past the {ranks.units} {ranks.device}s the efficiency falls further (asserted), for the "
             "reason above." if ranks.over else

@@ -1,7 +1,8 @@
 """Speedup (chapter 4.1): Amdahl's and Gustafson's laws, and their fits to measured speedups."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -96,18 +97,21 @@ def fit_amdahl(p, speedup) -> AmdahlFit:
 
 @dataclass(frozen=True)
 class StepModel:
-    """Amdahl's law in seconds: a step on p ranks takes ``serial[p] + per_sample * b``.
+    """Amdahl's law in seconds: a step on p ranks takes ``serial[p] + contention[p] * per_sample * b``.
 
     ``serial[p]``: what every step costs whatever its batch (optimizer, all_reduce,
     Python), one value per rank count because communication grows with p.
-    ``per_sample``: the seconds one rank spends per sample (data, forward, backward).
+    ``per_sample``: the seconds one rank alone spends per sample (data, forward, backward).
+    ``contention[p]``: how much slower each of p ranks computes side by side than one alone,
+    measured, not fitted (1 where it is not given: each rank on an idle core of its own).
     """
 
     serial: dict
     per_sample: float
+    contention: dict = field(default_factory=dict)
 
     def seconds(self, p: int, per_rank_batch: float) -> float:
-        return self.serial[p] + self.per_sample * per_rank_batch
+        return self.serial[p] + self.contention.get(p, 1.0) * self.per_sample * per_rank_batch
 
     def speedup(self, p: int, global_batch: int) -> float:
         """Strong scaling at this global batch: one rank against p ranks of global_batch / p each."""
@@ -118,13 +122,18 @@ class StepModel:
         return float(alpha_from_speedup(p, self.speedup(p, global_batch)))
 
 
-def fit_step_model(p, per_rank_batch, seconds) -> StepModel:
-    """Least squares for ``StepModel`` over measured step times (one row per p, b measurement)."""
+def fit_step_model(p, per_rank_batch, seconds, contention: dict | None = None) -> StepModel:
+    """Least squares for ``StepModel`` over measured step times (one row per p, b measurement), with
+    each p's measured ``contention`` (none given: 1) scaling its per-sample time."""
     p, b, t = _finite("fit_step_model", p=p, per_rank_batch=per_rank_batch, seconds=seconds)
+    contention = dict(contention or {})
+    if any(not (c > 0 and math.isfinite(c)) for c in contention.values()):
+        raise ValueError(f"fit_step_model: every contention must be a positive number, got {contention}")
     ranks = sorted({int(v) for v in p})
-    design = np.column_stack([(p == r).astype(float) for r in ranks] + [b])
+    k = np.array([contention.get(int(v), 1.0) for v in p])
+    design = np.column_stack([(p == r).astype(float) for r in ranks] + [b * k])
     if np.linalg.matrix_rank(design) < design.shape[1]:
         raise ValueError("fit_step_model needs, at some p, two or more different per-rank batches: "
                          "with one batch per p, the serial time and the time per sample cannot be told apart")
     coef, *_ = np.linalg.lstsq(design, t, rcond=None)
-    return StepModel({r: float(c) for r, c in zip(ranks, coef[:-1])}, float(coef[-1]))
+    return StepModel({r: float(c) for r, c in zip(ranks, coef[:-1])}, float(coef[-1]), contention)
