@@ -157,6 +157,25 @@ def test_a_real_profile_merges_into_one_timeline_per_rank(tmp_path):
         assert 0 <= s["all_reduce under compute"] <= s["all_reduce"]
 
 
+def test_clock_marks_map_a_stepped_profiler_clock_onto_perf_counter():
+    # the profiler's clock 7 s off perf_counter and 1% fast (a wall-clock step inside its own fit)
+    def trace_us(perf_s):
+        return (7.0 + 1.01 * perf_s) * 1e6 - 5e6  # after baseTimeNanoseconds, 5 s
+    def event(name, a, b, tid=1):
+        return {"ph": "X", "name": name, "tid": tid, "ts": trace_us(a), "dur": trace_us(b) - trace_us(a)}
+    marks = {"start": [("clock:start0", 0.9, 1.3), ("clock:start1", 1.4, 1.4002)],
+             "end": [("clock:end0", 3.0, 3.0002)]}
+    trace = {"baseTimeNanoseconds": 5e9, "traceEvents": [
+        event("clock:start0", 1.0, 1.2), event("clock:start1", 1.4001, 1.4001),
+        event("phase:forward", 2.0, 2.5), event("clock:end0", 3.0001, 3.0001)]}
+    result = {"rank": 0, "main_tid": 1, "spans": [("forward", 0, 2.0 - 1e-5, 2.5 + 1e-5)], "clock_marks": marks}
+    tl = traces.rank_timeline(trace, result)
+    (_, start, end), = tl["phases"]
+    assert start == pytest.approx(2.0, abs=1e-9) and end == pytest.approx(2.5, abs=1e-9)
+    row, = traces.phase_check(result, tl)
+    assert 0 < row["starts_after"] < 2e-5 and 0 < row["ends_before"] < 2e-5
+
+
 def test_intervals_merge_and_gaps():
     assert traces.merge([(3, 4), (0, 1), (0.5, 2)]) == [(0, 2), (3, 4)]
     assert traces.gaps([(0, 2), (3, 4)], -1, 5) == [(-1, 0), (2, 3), (4, 5)]

@@ -1,8 +1,8 @@
 """Chapter 8.1's profiler traces -> one timeline per rank, and the book's own Timeline checked against it.
 
 A trace (``recipes.transformer.profile_steps``) is Chrome's JSON: complete events (``"ph": "X"``) with a
-start ``ts`` and a ``dur`` in microseconds on the wall clock (``baseTimeNanoseconds`` + ``ts``),
-each on a thread (``tid``). On one rank:
+start ``ts`` (microseconds after ``baseTimeNanoseconds``) and a ``dur``, each on a thread (``tid``),
+mapped here onto the rank's ``perf_counter`` through clock marks it left in the trace. On one rank:
 
 * compute: the main thread inside an op (the union of its top-level ``cpu_op`` events);
 * all_reduce: DDP's buckets reduced on gloo's own threads (``pt_gloo_runloop``), or by NCCL's
@@ -36,13 +36,27 @@ def load(path: str | Path) -> dict:
         return json.load(f)
 
 
-def _seconds(trace: dict, clock_offset: float):
-    """Event -> (start, end) on the rank's ``perf_counter``, the Timeline's clock."""
+def _seconds(trace: dict, marks: dict):
+    """Event -> (start, end) on the rank's ``perf_counter``, the Timeline's clock, along the line
+    through the tightest clock mark at each end of the window (``recipes.transformer.clock_marks``).
+
+    The profiler stamps its events on a cycle counter, converted to wall time by a line it fits over
+    the window; one pairing of the wall clock with ``perf_counter`` is bent by any step of the wall
+    clock in between (a VM's time sync: 2 ms once, in CI). The marks are in the trace itself, so the
+    line through them maps the profiler's clock, whatever it is, onto ``perf_counter``."""
     base = trace.get("baseTimeNanoseconds", 0) / 1e9
+    events = {e["name"]: e for e in trace["traceEvents"] if e.get("ph") == "X"}
+    ends = []
+    for label in ("start", "end"):
+        name, before, after = min(marks[label], key=lambda m: m[2] - m[1])
+        e = events[name]
+        ends.append((base + (e["ts"] + e["dur"] / 2) / 1e6, (before + after) / 2))
+    (t0, p0), (t1, p1) = ends
+    rate = (p1 - p0) / (t1 - t0)
 
     def convert(e: dict) -> tuple[float, float]:
-        start = base + e["ts"] / 1e6 - clock_offset
-        return start, start + e["dur"] / 1e6
+        start = p0 + (base + e["ts"] / 1e6 - t0) * rate
+        return start, start + e["dur"] / 1e6 * rate
     return convert
 
 
@@ -74,7 +88,7 @@ def gaps(busy: list[tuple[float, float]], start: float, end: float) -> list[tupl
 def rank_timeline(trace: dict, result: dict) -> dict:
     """One rank's profiled steps: its phases as the profiler saw them, and compute, all_reduce and
     idle intervals, all in seconds on the rank's ``perf_counter``."""
-    convert = _seconds(trace, result["clock_offset"])
+    convert = _seconds(trace, result["clock_marks"])
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and isinstance(e.get("tid"), int)]
     main = [e for e in events if e["tid"] == result["main_tid"]]
     phases = sorted((e["name"].removeprefix(PHASE_PREFIX), *convert(e))
@@ -106,7 +120,7 @@ def summary(timeline: dict) -> dict[str, float]:
 def phase_check(result: dict, timeline: dict) -> list[dict]:
     """The Timeline's spans against the profiler's phases, step by step: the Timeline reads its clock
     before the phase's ``record_function`` opens and after it closes, so each profiler phase must lie
-    inside its Timeline span, up to how well the two clocks were paired (``clock_offset``)."""
+    inside its Timeline span, up to how well the two clocks were paired (``clock_marks``)."""
     spans = [(kind, a, b) for kind, _, a, b in result["spans"]]
     if [s[0] for s in spans] != [p[0] for p in timeline["phases"]]:
         raise ValueError("the Timeline and the trace name different phases")

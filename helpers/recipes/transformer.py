@@ -90,17 +90,18 @@ def train(config: str = "gpt-small", steps: int = 200, batch: int = 8, lr: float
         return out
 
 
-def clock_offset(pairs: int = 5) -> float:
-    """The wall clock minus ``perf_counter``, in seconds: the profiler stamps its events on the first,
-    the Timeline on the second. The pair read closest together wins."""
-    best = None
-    for _ in range(pairs):
-        a = time.perf_counter()
-        wall = time.time()
-        b = time.perf_counter()
-        if best is None or b - a < best[0]:
-            best = (b - a, wall - (a + b) / 2)
-    return best[1]
+def clock_marks(record_function, label: str, tries: int = 5) -> list[tuple[str, float, float]]:
+    """Empty ``record_function`` events, each opened and closed between two ``perf_counter`` reads:
+    points where the trace's clock and the Timeline's are known together. The tightest pair of reads
+    is the one ``helpers.analysis.traces`` uses (the first ``record_function`` of a process is slow)."""
+    marks = []
+    for k in range(tries):
+        name = f"clock:{label}{k}"
+        before = time.perf_counter()
+        with record_function(name):
+            pass
+        marks.append((name, before, time.perf_counter()))
+    return marks
 
 
 def profile_steps(out_dir: str, config: str = "gpt-small", steps: int = 3, warmup: int = 2, batch: int = 8,
@@ -118,6 +119,7 @@ def profile_steps(out_dir: str, config: str = "gpt-small", steps: int = 3, warmu
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.device.type == "cuda" else [])
         timeline = Timeline(ctx.device)
         with profile(activities=activities) as prof:
+            marks = {"start": clock_marks(record_function, "start")}
             for i, (x, y) in enumerate(batches[warmup:]):
                 x, y = x.to(ctx.device), y.to(ctx.device)
                 with timeline.span("forward", i), record_function("phase:forward"):
@@ -128,10 +130,11 @@ def profile_steps(out_dir: str, config: str = "gpt-small", steps: int = 3, warmu
                 with timeline.span("optimizer", i), record_function("phase:optimizer"):
                     opt.step()
                 report(i + 1, steps)
+            marks["end"] = clock_marks(record_function, "end")
         path = Path(out_dir) / TRACE_NAME.format(rank=ctx.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(path))
-        return {"rank": ctx.rank, "trace": str(path), "spans": timeline.spans, "clock_offset": clock_offset(),
+        return {"rank": ctx.rank, "trace": str(path), "spans": timeline.spans, "clock_marks": marks,
                 "pid": os.getpid(), "main_tid": _main_tid(), "steps": steps, "batch": batch,
                 "config": model.cfg.to_dict(), "device": str(ctx.device)}
 
