@@ -7,10 +7,19 @@ bools and strings, and returns its input unchanged.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
-def _numbers(name: str, value) -> np.ndarray:
+def _numbers(name: str, value):
+    """The value as a plain float, or as a float array when it is not a plain int or float. The
+    scalar path skips numpy: a planner's search checks hundreds of thousands of scalars, and
+    numpy's reductions over one number were most of its time."""
+    if type(value) is float or (type(value) is int and abs(value) < 2**1023):  # not bool: type(True) is bool
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return float(value)
     a = np.asarray(value)
     if a.dtype.kind not in "iuf" or a.size == 0:
         raise ValueError(f"{name} must be a number (or an array of numbers), got {value!r}")
@@ -20,24 +29,29 @@ def _numbers(name: str, value) -> np.ndarray:
     return a
 
 
+def _any(mask) -> bool:
+    return mask if type(mask) is bool else bool(np.any(mask))
+
+
 def whole(name: str, value, least: int = 1):
     """A count: a whole number, at least ``least`` (ranks, stages, micro-batches, blocks, layers)."""
     a = _numbers(name, value)
-    if np.any(a != np.floor(a)) or np.any(a < least):
+    fraction = (not a.is_integer()) if type(a) is float else _any(a != np.floor(a))
+    if fraction or _any(a < least):
         raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     return value
 
 
 def at_least(name: str, value, least: float = 0.0):
     """A size or a time: a finite number, at least ``least`` (bytes, seconds)."""
-    if np.any(_numbers(name, value) < least):
+    if _any(_numbers(name, value) < least):
         raise ValueError(f"{name} must be >= {least:g}, got {value!r}")
     return value
 
 
 def positive(name: str, value):
     """A rate or a size that divides: a finite number above zero (a peak, FLOP/s a GPU)."""
-    if np.any(_numbers(name, value) <= 0):
+    if _any(_numbers(name, value) <= 0):
         raise ValueError(f"{name} must be > 0, got {value!r}")
     return value
 
@@ -45,15 +59,14 @@ def positive(name: str, value):
 def within(name: str, value, low: float, high: float):
     """A fraction or a bounded amount: a finite number in [low, high]."""
     a = _numbers(name, value)
-    if np.any(a < low) or np.any(a > high):
+    if _any(a < low) or _any(a > high):
         raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value!r}")
     return value
 
 
 def below(name: str, value, count: int):
     """An index: a whole number in 0..count-1 (a stage of p stages, a rank of p ranks)."""
-    whole(name, value, 0)
-    if np.any(np.asarray(value) >= count):
+    if _any(_numbers(name, whole(name, value, 0)) >= count):
         raise ValueError(f"{name} must be in 0..{count - 1}, got {value!r}")
     return value
 
