@@ -73,3 +73,23 @@ def test_two_runs_apart_by_their_combined_errors():
     assert got == pytest.approx((big.center - small.center) / se) and got > margins.TARGET
     assert margins.apart(small, big) == pytest.approx(-got)
     assert abs(margins.apart(big, margins.compare("same", [1.49, 1.56, 1.52, 1.55, 1.51], record=False))) < 1
+
+
+def test_rounds_are_added_until_the_margin_is_clear_and_no_further_than_the_cap(tmp_path, monkeypatch):
+    rng = random.Random(2)
+    asked = []
+
+    def more(k):
+        asked.append(k)
+        return [math.exp(rng.gauss(0.05, 0.1)) for _ in range(k)]
+    path = tmp_path / "m.jsonl"
+    monkeypatch.setenv(margins.RECORD, str(path))
+    start = [1.2, 0.9, 1.1]  # a 5% effect under 10% scatter: 3 rounds cannot show it
+    c = margins.until_clear("small effect", start, more, cap=200)
+    assert c.clear() and c.ratios[:3] == tuple(start) and c.n == 3 + sum(asked) <= 200
+    assert [g["name"] for g in margins.read(path)] == ["small effect"]  # recorded once, as it ended
+    asked.clear()
+    capped = margins.until_clear("no effect", [1.0, 1.01, 0.99], lambda k: asked.append(k) or [1.0] * k, cap=8)
+    assert capped.n == 8 and not capped.clear() and sum(asked) == 5  # at the cap, returned short
+    untouched = margins.until_clear("clear at once", [1.5, 1.6, 1.55], more, cap=8)
+    assert untouched.n == 3

@@ -147,6 +147,10 @@ def test_the_good_regime_is_claimed_only_where_each_rank_has_a_device(name, m):
     assert "asserted" not in said["good_claim"], said  # 4.3 asserts no bound on one S(2); bench/ records it
     assert "over gloo" in said["pred_where_why"] and ("NCCL" not in said["runs_where"]), said
     assert plans.contention_ceiling(m) == (2.0 if claimed else 3.0)
+    # a busy process beside the ranks: the ceiling widens only where the ranks then share cores
+    crowded = plans.contention_ceiling(m, others=1.0) / plans.contention_ceiling(m)
+    # (on one core the ranks took turns already; on three or more, a third core is free for it)
+    assert crowded == (pytest.approx(1.5) if m.cores == 2 else 1.0), (name, crowded)
 
 
 # --- torchrun jobs started as subprocesses (5.1, 7.1, 7.3): where every node's ranks run ----------

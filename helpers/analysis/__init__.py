@@ -20,7 +20,7 @@ from .runs import (  # noqa: F401
     second_rank_verdict, printed_result, peak_memory_mib, peak_memory_kind,
 )
 from .prediction import (  # noqa: F401
-    Calibration, call_costs, calibrate, held_out, speedup_lead, errors, regime, crossovers, remember, recall,
+    Calibration, call_costs, calibrate, held_out, lead_ratios, speedup_lead, errors, regime, crossovers, remember, recall,
 )
 from .tensor_parallel import (  # noqa: F401
     collective_summary, max_gap, global_losses, weight_gap, weight_movement, strategy_rows, table_cells,

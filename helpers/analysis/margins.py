@@ -10,6 +10,9 @@ ratio ``r = B / A``. On the logs of those ratios:
 * ``margin``: ``center`` over the standard error ``scatter / sqrt(n)``: how many times the
   uncertainty of the median the effect stands clear of "no difference".
 
+Where the rounds measured leave the margin short, ``until_clear`` measures more, as many as the
+effect and its scatter say are needed, up to a cap.
+
 ``clear(margin)`` is the claim's test: a margin of ``TARGET`` or more cannot come from noise
 of the size measured. ``bench/load.py`` sets ``RECORD`` to a file, and every comparison a
 chapter makes appends itself there, so a run under load reports each margin it found.
@@ -76,6 +79,18 @@ def compare(name: str, ratios, *, record: bool = True) -> Comparison:
         with open(path, "a") as f:
             f.write(json.dumps({**asdict(c), "margin": c.margin, "scatter": c.scatter, "ratio": c.ratio}) + "\n")
     return c
+
+
+def until_clear(name: str, ratios, more, *, cap: int, target: float = TARGET) -> Comparison:
+    """The comparison of ``ratios``, topped up with ``more(k)`` (a list of k more rounds' ratios,
+    measured the same way) until its margin reaches ``target`` or it has ``cap`` rounds in all.
+    Each top-up asks for the rounds this effect and scatter need (``rounds_needed``), at least one.
+    A comparison still short of ``target`` at the cap is returned as it stands: the page says so."""
+    c = compare(name, ratios, record=False)
+    while not c.clear(target) and c.n < cap:
+        k = min(cap, max(rounds_needed(c, target), c.n + 1)) - c.n
+        c = compare(name, c.ratios + tuple(more(k)), record=False)
+    return compare(name, c.ratios)
 
 
 def apart(a: Comparison, b: Comparison, *, name: str | None = None) -> float:

@@ -122,10 +122,10 @@ def held_out(ranks: list[dict], cal: Calibration, pairs: dict[str, list[int]]) -
     return out
 
 
-def speedup_lead(ranks: list[dict], ahead: tuple[str, int], behind: tuple[str, int]) -> dict[str, float]:
+def lead_ratios(ranks: list[dict], ahead: tuple[str, int], behind: tuple[str, int]) -> list[float]:
     """Per round, the held-out S(2) of ``ahead`` (model, G) over that of ``behind``: two jobs measured
     in the same round, so a round in which the machine was busy slows both, and the comparison holds
-    where a bound on one S(2) would not. Median, min and max over the rounds (``ratio_spread``)."""
+    where a bound on one S(2) would not. In round order; ``analysis.margins`` compares them."""
     def by_round(model: str, G: int) -> dict[int, float]:
         rows = [r for r in ranks[0]["runs"] if r["model"] == model + OVERLAP and r["G"] == G]
         one = {r["round"]: r["step"] for r in rows if r["p"] == 1}
@@ -134,7 +134,12 @@ def speedup_lead(ranks: list[dict], ahead: tuple[str, int], behind: tuple[str, i
     ratios = [a[r] / b[r] for r in sorted(a) if r in b]
     if not ratios:
         raise ValueError(f"no round has both {ahead} and {behind} at p = 1 and 2 among the held-out blocks")
-    return ratio_spread(ratios)
+    return ratios
+
+
+def speedup_lead(ranks: list[dict], ahead: tuple[str, int], behind: tuple[str, int]) -> dict[str, float]:
+    """``lead_ratios``' median, min and max over the rounds (``ratio_spread``)."""
+    return ratio_spread(lead_ratios(ranks, ahead, behind))
 
 
 def errors(rows: list[dict], key: str = "error") -> dict[str, float]:

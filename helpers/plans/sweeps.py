@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..machine import Machine
+from ..theory.checks import at_least
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,16 @@ def good_regime_claim(m: Machine) -> bool:
     return m.whole_cores >= 2
 
 
-def contention_ceiling(m: Machine) -> float:
+def contention_ceiling(m: Machine, others: float = 0.0) -> float:
     """The most 4.3 asserts two ranks computing side by side slow each other: two cores share only the
-    memory system; on one core the ranks take turns or split its units, each about twice as slow."""
-    return 2.0 if m.whole_cores >= 2 else 3.0
+    memory system; on one core the ranks take turns or split its units, each about twice as slow.
+
+    ``others``: cores' worth of CPU that other processes took meanwhile (``machine.LoadWatch``). Beside
+    them, one rank alone gets min(1, cores / (1 + others)) of a core and each of two ranks
+    min(1, cores / (2 + others)): on 2 cores beside one busy process, 1 against 2/3, so the ceiling
+    grows by that ratio over the quiet machine's (1.5 times, there)."""
+    at_least("others", others)
+    def share(ranks: int, o: float) -> float:
+        return min(1.0, m.cores / (ranks + o))
+    crowding = (share(1, others) / share(2, others)) / (share(1, 0.0) / share(2, 0.0))
+    return (2.0 if m.whole_cores >= 2 else 3.0) * max(1.0, crowding)

@@ -75,6 +75,13 @@ def prediction_blocks(calibration: dict = CALIBRATION, held_out: dict = HELD_OUT
     return {"model_names": list(sizes), "global_sizes": sizes}
 
 
+def lead_blocks(ahead: tuple[str, int] = COMPUTE_BOUND, behind: tuple[str, int] = TALK_BOUND) -> dict:
+    """``strong_scaling``'s ``model_names`` and ``global_sizes`` for the two held-out jobs 4.3 sets side
+    by side, alone: the rounds it adds where the job's own leave their comparison short."""
+    sizes = {m + " overlap": [G] for m, G in (ahead, behind)}
+    return {"model_names": list(sizes), "global_sizes": sizes}
+
+
 def predictor_job(dataset, rounds: int = 3, sizes: list[int] = SWEEP, budget_bytes: int = 2**28) -> dict:
     """Everything chapter 4.3's predictor is fitted on and tested against, in one 2-rank job: chapter
     4.2's all_reduce sweep (``sweep``, to 16 MB: the largest model's gradients are 11 MB), then

@@ -63,3 +63,13 @@ def load_said(load: Load) -> str:
     return (head + ": a busy machine, so its timings are slower and more scattered than it would give alone. "
             "Each comparison on this page is made round by round, its two sides seconds apart, so that the "
             "load falls on both.")
+
+
+def margin_said(c, claim: str) -> str:
+    """A timing claim (``analysis.margins.Comparison``) in words: shown, or left open where the rounds
+    ran out (``margins.until_clear``'s cap) before its margin reached the book's bar."""
+    from ..analysis import margins
+    if c.clear():
+        return f"{claim}: {c.said()}"
+    return (f"This run could not show that {claim}: {c.said()}, short of the {margins.TARGET:.0f} "
+            f"the book asks for, after {c.n} rounds, its cap. The machine's noise was as large as the effect")
