@@ -326,7 +326,7 @@ def test_the_experts_chapter_says_where_its_ranks_ran_on_every_profile(name, m):
     from helpers import analysis
     L, B, sizes = *LINKS[two.backend], plans.alltoall_sizes(m)
     fit = analysis.fit_allreduce(sizes, [L + s / B for s in sizes])
-    assert fit.latency_bound.sum() >= 2 and fit.bandwidth_bound.sum() >= 2, name
+    assert fit.latency_bound.sum() >= 2 and fit.bandwidth_bound.sum() >= 4, name  # the chapter asserts 3
 
 
 @pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])

@@ -103,15 +103,12 @@ def allreduce_sizes(m: Machine) -> list[int]:
     return [4096 * 2**k for k in range(30) if 4096 * 2**k <= largest]
 
 
-ALLTOALL_CPU_LARGEST = 16 * 2**20
-
-
 def alltoall_sizes(m: Machine) -> list[int]:
-    """The sizes 8.3 times all_to_all and all_reduce at on 2 ranks: 4.2's, cut at 16 MB where they run
-    over gloo (the chapter's minute; L * B is about 0.5 MB on this book's machine, so both ends of the
-    fit are still there), all of them over NCCL, where L * B is megabytes."""
-    sizes = allreduce_sizes(m)
-    return sizes if rank_units(m)[0] == "nccl" else [s for s in sizes if s <= ALLTOALL_CPU_LARGEST]
+    """The sizes 8.3 times all_to_all and all_reduce at on 2 ranks: 4.2's. Over gloo L * B is about
+    0.5 MB on this book's machine and a size is bandwidth-bound from 8 L * B, so a sweep cut at 16 MB
+    kept two or three such sizes and its median miss rested on them; to 64 MB it keeps four or five,
+    for a second more of the chapter. Over NCCL, where L * B is megabytes, to 2 GB as 4.2 goes."""
+    return allreduce_sizes(m)
 
 
 def allreduce_fit_bounds(m: Machine) -> tuple[float, float]:

@@ -94,39 +94,52 @@ def sweep(ctx, sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min_repe
           max_repeats: int = 100, warmup: int = 3, copy_bytes: int = 64 * MB, op: str = "all_reduce") -> dict:
     """``allreduce_sweep`` inside a group that is already up (``ctx`` from ``distributed()``), so that
     another recipe can run it as one part of its job; ``op`` names another of ``COLLECTIVES`` to time."""
-    if op not in COLLECTIVES:
-        raise ValueError(f"op must be one of {sorted(COLLECTIVES)}, got {op!r}")
+    return sweeps(ctx, (op,), sizes, budget_bytes, min_repeats, max_repeats, warmup, copy_bytes)[op]
+
+
+def sweeps(ctx, ops: tuple[str, ...], sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB,
+           min_repeats: int = 7, max_repeats: int = 100, warmup: int = 3, copy_bytes: int = 64 * MB) -> dict:
+    """``sweep`` of several collectives at once, {op: its sweep}: at each size of each round every op is
+    timed in turn, seconds apart, so a slow spell of the machine lands on all of them alike."""
+    for op in ops:
+        if op not in COLLECTIVES:
+            raise ValueError(f"op must be one of {sorted(COLLECTIVES)}, got {op!r}")
     tensors = [torch.ones(size // 4, device=ctx.device) for size in sizes]
-    outs = [torch.empty_like(t) for t in tensors] if op != "all_reduce" else [None] * len(sizes)
+    outs = {op: [torch.empty_like(t) for t in tensors] if op != "all_reduce" else [None] * len(sizes) for op in ops}
     reps = [repeats_for(size, budget_bytes, min_repeats, max_repeats) for size in sizes]
-    for t, out in zip(tensors, outs):
-        for _ in range(warmup):  # the first calls set up gloo's buffers / NCCL's channels
-            COLLECTIVES[op](t, out)
+    for op in ops:
+        for t, out in zip(tensors, outs[op]):
+            for _ in range(warmup):  # the first calls set up gloo's buffers / NCCL's channels
+                COLLECTIVES[op](t, out)
     # Round-robin over the sizes, so that a slow spell of the machine lands on all of them
     # instead of on whichever size was being timed at that moment. Each round goes from
     # small to large after a few untimed small calls: a small message timed right after a
     # 64 MB one would pay for the large one's aftermath (freed buffers, cold caches).
     rounds = max(reps)
     when = [spread_rounds(n, rounds) for n in reps]
-    mine = [[] for _ in sizes]
+    mine = {op: [[] for _ in sizes] for op in ops}
     for r in range(rounds):
         for _ in range(warmup):
-            COLLECTIVES[op](tensors[0], outs[0])
+            COLLECTIVES[ops[0]](tensors[0], outs[ops[0]][0])
         for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
             if r in when[i]:
-                mine[i].append(time_allreduce(tensors[i], op, outs[i]))
+                for op in ops:
+                    mine[op][i].append(time_allreduce(tensors[i], op, outs[op][i]))
         report(r + 1, rounds)
-    seconds, spread = [], []
-    for times in mine:
-        slowest = torch.tensor(times, dtype=torch.float64, device=ctx.device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
-        slowest = slowest.cpu()
-        q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-        seconds.append(med.item())
-        spread.append((q3 - q1).item())
+    out = {}
+    for op in ops:
+        seconds, spread = [], []
+        for times in mine[op]:
+            slowest = torch.tensor(times, dtype=torch.float64, device=ctx.device)  # NCCL reduces GPU tensors only
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
+            slowest = slowest.cpu()
+            q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+            seconds.append(med.item())
+            spread.append((q3 - q1).item())
+        out[op] = {"seconds": seconds, "spread": spread}
     del tensors, outs
     copy_bw = copy_bandwidth(copy_bytes, device=ctx.device) if ctx.is_main else float("nan")
     dist.barrier()
-    return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
-            "threads": torch.get_num_threads(), "sizes": list(sizes), "seconds": seconds,
-            "spread": spread, "repeats": reps, "copy_bw": copy_bw}
+    return {op: {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
+                 "threads": torch.get_num_threads(), "sizes": list(sizes), **out[op], "repeats": reps,
+                 "copy_bw": copy_bw} for op in ops}

@@ -236,9 +236,9 @@ def ep_dp_train(steps: int = 3, experts: int = 4, k: int = 2, capacity_factor: f
 
 def alltoall_sweep(sizes: list[int] = SIZES, budget_bytes: int = 64 * 2**20, min_repeats: int = 5,
                    max_repeats: int = 30, warmup: int = 2) -> dict:
-    """``collectives.sweep`` twice in one job: all_to_all and all_reduce of the same message sizes
-    (M bytes of float32 per rank), so both are priced on the same links at the same time."""
+    """``collectives.sweeps`` of all_to_all and all_reduce of the same message sizes (M bytes of float32
+    per rank), each size's two calls timed one after the other, so both are priced on the same links
+    at the same moments."""
     with distributed() as ctx:
-        return {op: collectives.sweep(ctx, sizes, budget_bytes, min_repeats, max_repeats, warmup,
-                                      copy_bytes=4 * 2**20, op=op)
-                for op in ("all_to_all", "all_reduce")}
+        return collectives.sweeps(ctx, ("all_to_all", "all_reduce"), sizes, budget_bytes, min_repeats, max_repeats,
+                                  warmup, copy_bytes=4 * 2**20)
