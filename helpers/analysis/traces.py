@@ -41,9 +41,10 @@ def _seconds(trace: dict, marks: dict):
     through the tightest clock mark at each end of the window (``recipes.transformer.clock_marks``).
 
     The profiler stamps its events on a cycle counter, converted to wall time by a line it fits over
-    the window; one pairing of the wall clock with ``perf_counter`` is bent by any step of the wall
-    clock in between (a VM's time sync: 2 ms once, in CI). The marks are in the trace itself, so the
-    line through them maps the profiler's clock, whatever it is, onto ``perf_counter``."""
+    the window, so a step of the wall clock meanwhile (a VM's time sync) tilts that line. One pairing
+    of the wall clock with ``perf_counter`` corrects an offset, not a tilt: CI once saw every phase
+    start 2 ms early and last 0.9% long. The marks are in the trace itself, so the line through them
+    maps the profiler's clock, whatever it is, onto ``perf_counter``."""
     base = trace.get("baseTimeNanoseconds", 0) / 1e9
     events = {e["name"]: e for e in trace["traceEvents"] if e.get("ph") == "X"}
     ends = []
