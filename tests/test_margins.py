@@ -93,3 +93,11 @@ def test_rounds_are_added_until_the_margin_is_clear_and_no_further_than_the_cap(
     assert capped.n == 8 and not capped.clear() and sum(asked) == 5  # at the cap, returned short
     untouched = margins.until_clear("clear at once", [1.5, 1.6, 1.55], more, cap=8)
     assert untouched.n == 3
+
+
+def test_a_claim_is_said_as_shown_or_as_left_open_at_the_cap():
+    from helpers import sentences
+    shown = sentences.margin_said(margins.compare("x", [1.5, 1.6, 1.55], record=False), "the wide MLP gained more")
+    assert shown.startswith("The wide MLP gained more: 1.55 times (median of 3 paired rounds") and shown.endswith(").")
+    open_ = sentences.margin_said(margins.compare("x", [1.0, 1.02, 0.99], record=False), "the wide MLP gained more")
+    assert open_.startswith("This run could not show that the wide MLP gained more: 1.00 times") and "after 3 rounds" in open_

@@ -66,10 +66,10 @@ def load_said(load: Load) -> str:
 
 
 def margin_said(c, claim: str) -> str:
-    """A timing claim (``analysis.margins.Comparison``) in words: shown, or left open where the rounds
-    ran out (``margins.until_clear``'s cap) before its margin reached the book's bar."""
+    """A timing claim (``analysis.margins.Comparison``) in a sentence or two: shown, or left open where
+    the rounds ran out (``margins.until_clear``'s cap) before its margin reached the book's bar."""
     from ..analysis import margins
     if c.clear():
-        return f"{claim}: {c.said()}"
-    return (f"This run could not show that {claim}: {c.said()}, short of the {margins.TARGET:.0f} "
-            f"the book asks for, after {c.n} rounds, its cap. The machine's noise was as large as the effect")
+        return f"{claim[0].upper()}{claim[1:]}: {c.said()}."
+    return (f"This run could not show that {claim}: {c.said()}, short of the {margins.TARGET:.0f} standard "
+            f"errors the book asks for after {c.n} rounds, its cap. The machine's noise was as large as the effect.")
