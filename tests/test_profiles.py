@@ -289,6 +289,11 @@ def test_the_sweep_reaches_the_bandwidth_bound_on_every_profile(name, m):
     assert plans.ring_model_bound(backend) == (0.20 if backend == "gloo" else 0.50)
     # looser only where the 2 ranks take turns on one logical CPU (measured: R^2 0.90-0.93 there)
     assert plans.allreduce_fit_bounds(m) == ((0.85, 0.35) if m.cores == 1 else (0.98, 0.20)), name
+    # beside a busy process the 2 gloo ranks take turns with it where it crowds their cores: 2 cores, not 4
+    busy = plans.allreduce_fit_bounds(m, others=1.0)
+    assert busy == ((0.85, 0.35) if backend == "gloo" and m.cores <= 2 else plans.allreduce_fit_bounds(m)), name
+    assert ("took turns" in sentences.fit_bounds(m, 1.0)) == (busy == (0.85, 0.35)), name
+    assert sentences.fit_bounds(m).startswith(f"at least {plans.allreduce_fit_bounds(m)[0]}"), name
     said = sentences.communication(m)
     assert ("NCCL" in said["cm_ring_bound"]) == (backend == "nccl"), said
     assert ("GPU" in said["cm_copier"]) == (backend == "nccl"), said

@@ -13,6 +13,6 @@ from .jobs import (  # noqa: F401
 )
 from .nodes import TORCHRUN_JOBS, HostJob, host_ranks, place_ranks  # noqa: F401
 from .sweeps import (  # noqa: F401
-    Ranks, allreduce_fit_bounds, allreduce_sizes, alltoall_sizes, communication_ranks, contention_ceiling, good_regime_claim,
+    Ranks, allreduce_fit_bounds, allreduce_sizes, alltoall_sizes, communication_ranks, contention_ceiling, crowded, good_regime_claim,
     rank_units, ring_model_bound, speedup_ranks,
 )
