@@ -41,3 +41,5 @@ def test_a_foreign_spinner_counts_and_a_child_of_ours_does_not():
 def test_the_sentence_says_how_busy_and_what_it_means(others, word):
     said = sentences.load_said(machine.Load(seconds=30.0, others=others, cores=2))
     assert word in said and "of this machine's 2 cores" in said
+    reported = sentences.load_said(machine.Load(seconds=30.0, others=others, cores=2), paired=False)
+    assert word in reported and "comparison" not in reported  # a page that only reports its timings

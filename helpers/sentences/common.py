@@ -54,15 +54,20 @@ def _loopback_nodes(m: Machine, nodes: str) -> str:
 QUIET = 0.1  # below this share of the cores, other processes' use is background noise
 
 
-def load_said(load: Load) -> str:
-    """What a timing chapter says about how busy the machine was while it measured (``machine.LoadWatch``)."""
+def load_said(load: Load, paired: bool = True) -> str:
+    """What a timing chapter says about how busy the machine was while it measured (``machine.LoadWatch``).
+    ``paired``: the page's comparisons are made round by round (``analysis.margins``), so it says so;
+    a page that only reports its timings says what the load did to them."""
     cores = f"{load.cores} core{'s' if load.cores != 1 else ''}"
     head = f"While these timings were measured, other processes used {load.others:.1f} of this machine's {cores}"
     if load.share < QUIET:
-        return head + ": a quiet machine, so the scatter beside each comparison is the machine's own."
-    return (head + ": a busy machine, so its timings are slower and more scattered than it would give alone. "
-            "Each comparison on this page is made round by round, its two sides seconds apart, so that the "
-            "load falls on both.")
+        return head + (": a quiet machine, so the scatter beside each comparison is the machine's own." if paired
+                       else ": a quiet machine, so their scatter is the machine's own.")
+    head += ": a busy machine, so its timings are slower and more scattered than it would give alone."
+    if not paired:
+        return head
+    return head + (" Each comparison on this page is made round by round, its two sides seconds apart, so that "
+                   "the load falls on both.")
 
 
 def margin_said(c, claim: str) -> str:
