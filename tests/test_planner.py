@@ -150,6 +150,23 @@ def test_bad_models_clusters_and_layouts_are_one_value_error_each():
         price(Model(layers=2, hidden=96, heads=12, seq=8, vocab=10), a100s(8), Layout(dp=1, tp=8), 8)
 
 
+def test_a_batch_no_layout_can_take_and_search_bounds_that_are_not_counts_are_refused():
+    m = Model(layers=8, hidden=256, heads=8, seq=512, vocab=1000)
+    assert plan(m, a100s(8), 64 * 512, top=1)  # a batch of whole sequences is planned
+    with pytest.raises(ValueError, match="no layout can take this batch: .* not whole sequences of 512"):
+        plan(m, a100s(8), 4_000_000)  # 7812.5 sequences: before, an empty list ("nothing fits")
+    with pytest.raises(ValueError, match="not whole sequences"):
+        plan(m, a100s(8), 256)  # half a sequence
+    for bad in ({"cp": (0,)}, {"cp": (1.5,)}, {"micro_batches": (0,)}, {"virtual": (True,)}):
+        with pytest.raises(ValueError, match="must be a whole number|must be a number"):
+            plan(m, a100s(8), 64 * 512, **bad)  # cp=(0,) was a ZeroDivisionError
+    for bad in (True, False, 1.0, 4):
+        with pytest.raises(ValueError, match="Layout.zero"):
+            Layout(dp=1, zero=bad)  # True was accepted as stage 1
+    with pytest.raises(ValueError, match="Layout.zero"):
+        plan(m, a100s(8), 64 * 512, zero=(True,))
+
+
 def test_a_layout_that_does_not_fit_says_by_how_much_and_in_what():
     p = price(GPT_1T, a100s(64), Layout(dp=1, tp=8, pp=8), 64 * 2048)
     assert not p.fits and p.memory_bytes > 80 * 2 ** 30

@@ -306,7 +306,7 @@ class Layout:
             value = getattr(self, name)  # checked by hand: a plan builds thousands of layouts
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Layout.{name} must be a whole number >= 1, got {value!r}")
-        if self.zero not in (0, 1, 2, 3):
+        if type(self.zero) is not int or self.zero not in (0, 1, 2, 3):  # True == 1.0 == 1: neither is a stage
             raise ValueError(f"Layout.zero must be 0, 1, 2 or 3 (ZeRO's stage), got {self.zero!r}")
         one_of("Layout.recompute", self.recompute, RECOMPUTE)
 

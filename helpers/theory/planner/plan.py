@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..checks import whole
 from .model import RECOMPUTE, Cluster, Layout, Model
-from .price import Priced, check, price
+from .price import Priced, batch_refused, check, price
 
 
 def divisors(n: int) -> list[int]:
@@ -31,9 +31,16 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int |
     degrees; ``sp``, ``flash`` and ``overlap`` as in ``Layout``.
     """
     whole("global_batch_tokens", global_batch_tokens)
+    if why := batch_refused(model, global_batch_tokens):  # else: an empty list, read as "nothing fits"
+        raise ValueError(f"no layout can take this batch: {why}")
     order = [r for r in RECOMPUTE if r in recompute]
     if not order or not zero:
         raise ValueError("plan needs at least one recompute kind and one ZeRO stage to try")
+    for name, values in (("micro_batches", micro_batches), ("virtual", virtual), ("cp", cp)):
+        for value in values:
+            whole(f"each of plan's {name}", value)
+    for z in zero:
+        Layout(1, zero=z)  # refuses what is not a stage, True included
     n, best = cluster.gpus, {}
     for tp in divisors(n):
         if tp > cluster.gpus_per_node and not tp_across_nodes:

@@ -58,13 +58,20 @@ class Priced:
     mfu: float
 
 
+def batch_refused(model: Model, global_batch_tokens: int) -> str:
+    """Why no layout at all can take ``global_batch_tokens`` a step ("" when some can)."""
+    if global_batch_tokens % model.seq:  # (at least one token, checked: so at least one sequence)
+        return f"the batch ({global_batch_tokens} tokens) is not whole sequences of {model.seq}"
+    return ""
+
+
 def check(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: int) -> str:
     """Why ``layout`` cannot run ``model`` on ``cluster`` at all ("" when it can)."""
     whole("global_batch_tokens", global_batch_tokens)
     ly, m = layout, model
-    sequences = global_batch_tokens // m.seq
+    sequences, refused = global_batch_tokens // m.seq, batch_refused(m, global_batch_tokens)
     problems = [
-        (global_batch_tokens % m.seq, f"the batch ({global_batch_tokens} tokens) is not whole sequences of {m.seq}"),
+        (refused, refused),
         (ly.gpus != cluster.gpus, f"dp x tp x pp x cp = {ly.gpus}, not the cluster's {cluster.gpus} GPUs"),
         (m.heads % ly.tp or m.kv_heads % ly.tp, f"tp = {ly.tp} does not divide {m.heads} heads and {m.kv_heads} KV heads"),
         (m.mlp_hidden % ly.tp, f"tp = {ly.tp} does not divide the MLP's {m.mlp_hidden}"),
