@@ -58,6 +58,10 @@ DEFAULT_TIMEOUT = 120.0
 # fires before a rank can say where it is tells the reader nothing. A start-up that never ends is still
 # ended, STARTUP_S after the call plus the timeout.
 STARTUP_S = 120.0
+# Once its ranks are killed, the agent thread notices, closes its stores and ends; a launch returns only
+# then, so that no port outlives it. That takes well under a second on a quiet machine; under load it
+# once took more than the 10 s this used to wait (fault case 4). A second interrupt ends the wait.
+AGENT_END_S = 60.0
 SEPARATE_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # "1": each round's rank 0 serves a new store
 # Third-party modules only: the reader may edit helpers/, and a preloaded copy would go stale.
 # DDP and the optimizers import dynamo (~1 s a rank); importing helpers in a rank pulls in the
@@ -134,6 +138,12 @@ def _kill_workers() -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=5)
+
+
+def _end(agent: threading.Thread) -> None:
+    """Kill the ranks and wait for the agent thread to end (``AGENT_END_S``)."""
+    _kill_workers()
+    agent.join(AGENT_END_S)
 
 
 def _signal_name(code: int) -> str:
@@ -255,15 +265,13 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
             tail.poll()
             bar.poll()
             if stop is not None and stop.is_set():
-                _kill_workers()
-                thread.join(10)
+                _end(thread)
                 raise LaunchStopped(f"stopped after {bar.step_reached()} steps; every rank was killed.")
             if not started and all(protocol.stack_file(run_dir, r).exists() for r in range(nprocs)):
                 deadline, started = min(deadline, time.monotonic() + timeout), True
             if time.monotonic() > deadline:
                 dumps = stacks_.take(run_dir, worker_processes())  # before the kill: where each waits
-                _kill_workers()
-                thread.join(10)
+                _end(thread)
                 tail.poll(most=None)
                 raise LaunchTimeout(timeout, tail.last_lines(), dumps)
         tail.poll(most=None)
@@ -273,8 +281,7 @@ def launch(fn: Callable, *args: Any, nprocs: int = 2, timeout: float = DEFAULT_T
         results = outcome["results"]
         return [results[r] for r in range(nprocs)]
     except KeyboardInterrupt:
-        _kill_workers()
-        thread.join(10)
+        _end(thread)
         raise
     finally:
         _kill_workers()
