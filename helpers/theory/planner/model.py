@@ -232,7 +232,8 @@ class Cluster:
     step of a ring; ``peak_flops``: FLOP/s of one GPU at the precision trained in.
 
     ``efficiency`` is the fraction of ``peak_flops`` the GPUs' kernels run at while computing,
-    one number for every layout (the planner's MFU on executed FLOPs). ``reserved_bytes`` per GPU
+    one number for every layout: executed FLOPs (recomputation's included) over peak while computing,
+    which is what PaLM calls the hardware FLOPs utilization (HFU), not the MFU. ``reserved_bytes`` per GPU
     are out of reach of the model: the CUDA context, communication buffers, fragmentation.
     A group of GPUs inside one node talks at ``intra_*``; a ring over nodes with k of its
     members in each node crosses each node's boundary on k NICs at once (one ring per NIC, as
