@@ -283,7 +283,9 @@ class Layout:
     > 1). ``sp``: sequence parallelism beside tp. ``flash``: attention that keeps no s² scores.
     ``overlap``: data-parallel reductions and pipeline sends run during compute (current Megatron,
     torchtitan); False sends them after (Megatron-LM in 2021). Tensor-parallel collectives are
-    always in the critical path. ``whole_inputs``: sequence parallelism as torch's DTensor plans of
+    priced as blocking the layer that issues them, with no overlap: Megatron-Core's tp-comm-overlap
+    and torch's async tensor parallelism (torchtitan) hide much of them behind the matmuls they feed,
+    so on those stacks the planner overprices tp by up to its collectives' time. ``whole_inputs``: sequence parallelism as torch's DTensor plans of
     chapter 8.4 run it, each all-gathered block input kept whole and the head's logits gathered
     whole for the loss; False: Megatron's slices (and a loss computed on sharded logits).
     """

@@ -4,7 +4,8 @@ A layout is ranked by its mesh (dp, tp, pp, cp, ep), each mesh at its fastest se
 stage, recomputation, micro-batch size, interleaving) among those that fit. Recomputation is
 tried from none to full and stops at the first that fits: at one ZeRO stage, recomputing more
 only adds time. Tensor parallelism stays inside a node unless ``tp_across_nodes``: its
-all-reduces run in every layer, on the critical path.
+collectives run in every layer, and the planner prices them as blocking it (``Layout``: no
+tp-comm-overlap, no async TP), so a slow link under them costs every layer.
 """
 from __future__ import annotations
 
