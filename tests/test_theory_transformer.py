@@ -107,6 +107,20 @@ def test_six_n_gives_gpt3s_published_compute():
     assert tf.flops_per_token(shape) == pytest.approx(body + attn + 6 * 12288 * 50257, rel=1e-12)
 
 
+def test_palms_count_gives_its_published_mfu_and_kaplans_does_not():
+    """Chowdhery et al. 2022: PaLM 540B (Table 2: 540.35 B parameters, 118 layers, 48 heads of 256,
+    sequence 2048) trained at 238.3 K tokens/s on 6144 TPU v4 chips of 275 TFLOP/s: 46.2% MFU
+    (Appendix B). Its own count gives it; Kaplan's causal half gives 46.0%."""
+    palm = tf.palm_flops_per_token(540.35e9, 118, 48, 256, 2048)
+    assert palm == 6 * 540.35e9 + 12 * 118 * 48 * 256 * 2048
+    mfu = tf.mfu(238.3e3 * palm, 6144 * 275e12)
+    assert round(100 * mfu, 1) == 46.2
+    kaplan = tf.kaplan_flops_per_token(540.35e9, 118, 2048, 48 * 256)
+    assert round(100 * tf.mfu(238.3e3 * kaplan, 6144 * 275e12), 1) == 46.0
+    with pytest.raises(ValueError, match="head_dim"):
+        tf.palm_flops_per_token(1e9, 2, 4, 0, 8)
+
+
 # --- Utilization and time --------------------------------------------------------------------
 
 def test_table_1s_percentages_of_peak_and_eq4s_training_times():

@@ -178,10 +178,19 @@ def six_n_flops_per_token(n_params: float) -> float:
 
 def kaplan_flops_per_token(n_params: float, layers: int, seq: int, hidden: int) -> float:
     """Kaplan et al. 2020, Table 1, times 3 for forward and backward: 6N + 6 l s h, the second term
-    attention's, a causal half (2 l s h forward; ``flops_terms`` has 4). PaLM's MFU (Chowdhery et al.
-    2022, Appendix B) counts the same, 6N + 6LHQT."""
+    attention's, a causal half (2 l s h forward; ``flops_terms`` has 4). PaLM counts attention in
+    full instead (``palm_flops_per_token``)."""
     whole("layers", layers), whole("seq", seq), whole("hidden", hidden)
     return six_n_flops_per_token(n_params) + 6.0 * layers * seq * hidden
+
+
+def palm_flops_per_token(n_params: float, layers: int, heads: int, head_dim: int, seq: int) -> float:
+    """PaLM's model FLOPs a token (Chowdhery et al. 2022, Appendix B): 6N + 12 L H Q T, attention's
+    scores and weighted values counted over the whole T x T square, without the causal half that
+    Kaplan's 6 l s h takes. H x Q is the attention width, which PaLM's multi-query layers keep
+    apart from the model's width."""
+    whole("layers", layers), whole("heads", heads), whole("head_dim", head_dim), whole("seq", seq)
+    return six_n_flops_per_token(n_params) + 12.0 * layers * heads * head_dim * seq
 
 
 # --- Utilization and time -----------------------------------------------------------------------
