@@ -348,3 +348,24 @@ def test_every_store_of_a_running_launch_listens_on_loopback_alone(tmp_path, max
     # Not vacuous: the rendezvous store is the launcher's; MASTER_PORT's is where torch serves it.
     assert len(seen["launcher"]) == 2 - max_restarts, seen
     assert ("127.0.0.1", seen["port"]) in (seen["ranks"] if max_restarts else seen["launcher"]), seen
+
+
+def test_a_failed_agents_exception_keeps_no_frames_along_either_link():
+    """`raise X from Y` inside an except block links a cause and a context; a frame kept on either
+    keeps the agent's stores (their ports) open until the garbage collector runs."""
+    from helpers.launch import _without_tracebacks
+
+    def fail():
+        try:
+            try:
+                1 / 0
+            except ZeroDivisionError as cause:
+                try:
+                    raise KeyError("context")
+                except KeyError:
+                    raise ValueError("the agent's error") from cause
+        except ValueError as e:
+            return e
+    e = _without_tracebacks(fail())
+    assert isinstance(e.__cause__, ZeroDivisionError) and isinstance(e.__context__, KeyError)
+    assert e.__traceback__ is e.__cause__.__traceback__ is e.__context__.__traceback__ is None

@@ -3,9 +3,9 @@
 A GPT as helpers/gpt.py builds it (``Shape``): pre-LayerNorm blocks, learned positions, a 4h GELU
 MLP, biases everywhere but the head, the head tied to the token embedding unless ``tied=False``.
 Symbols as in the papers: l layers, h hidden, a heads, s seq, V vocab, b (B) sequences in a
-micro-batch, t tensor-parallel ranks, v bytes a value. Sources: Narayanan et al. 2021 (Eqs. 2-4),
-Kaplan et al. 2020 (6N), Korthikanti et al. 2022 (activations, Section 4, Table 2), the Ultra-Scale
-Playbook (16 or 20 bytes of states a parameter, as chapter 6.2's ``sharded_state_bytes``).
+micro-batch, t tensor-parallel ranks, v bytes a value. Sources: Narayanan et al. 2021 (Eqs. 2-4), Kaplan
+et al. 2020 (6N), PaLM's Appendix B, Korthikanti et al. 2022 (activations, Section 4, Table 2), the
+Ultra-Scale Playbook (16 or 20 bytes of states a parameter, as 6.2's ``sharded_state_bytes``).
 """
 from __future__ import annotations
 
@@ -177,18 +177,14 @@ def six_n_flops_per_token(n_params: float) -> float:
 
 
 def kaplan_flops_per_token(n_params: float, layers: int, seq: int, hidden: int) -> float:
-    """Kaplan et al. 2020, Table 1, times 3 for forward and backward: 6N + 6 l s h, the second term
-    attention's, a causal half (2 l s h forward; ``flops_terms`` has 4). PaLM counts attention in
-    full instead (``palm_flops_per_token``)."""
+    """Kaplan et al. 2020, Table 1, x 3 (forward and backward): 6N + 6 l s h, attention's a causal half."""
     whole("layers", layers), whole("seq", seq), whole("hidden", hidden)
     return six_n_flops_per_token(n_params) + 6.0 * layers * seq * hidden
 
 
 def palm_flops_per_token(n_params: float, layers: int, heads: int, head_dim: int, seq: int) -> float:
-    """PaLM's model FLOPs a token (Chowdhery et al. 2022, Appendix B): 6N + 12 L H Q T, attention's
-    scores and weighted values counted over the whole T x T square, without the causal half that
-    Kaplan's 6 l s h takes. H x Q is the attention width, which PaLM's multi-query layers keep
-    apart from the model's width."""
+    """PaLM's model FLOPs a token (Chowdhery et al. 2022, Appendix B): 6N + 12 L H Q T, attention over
+    the whole T x T square, without Kaplan's causal half; H x Q, the attention's width, is not PaLM's d."""
     whole("layers", layers), whole("heads", heads), whole("head_dim", head_dim), whole("seq", seq)
     return six_n_flops_per_token(n_params) + 12.0 * layers * heads * head_dim * seq
 

@@ -232,8 +232,7 @@ class Cluster:
     step of a ring; ``peak_flops``: FLOP/s of one GPU at the precision trained in.
 
     ``efficiency`` is the fraction of ``peak_flops`` the GPUs' kernels run at while computing,
-    one number for every layout: executed FLOPs (recomputation's included) over peak while computing,
-    which is what PaLM calls the hardware FLOPs utilization (HFU), not the MFU. ``reserved_bytes`` per GPU
+    one number for every layout: executed FLOPs over peak, PaLM's HFU (not MFU). ``reserved_bytes`` per GPU
     are out of reach of the model: the CUDA context, communication buffers, fragmentation.
     A group of GPUs inside one node talks at ``intra_*``; a ring over nodes with k of its
     members in each node crosses each node's boundary on k NICs at once (one ring per NIC, as
@@ -282,12 +281,11 @@ class Layout:
     micro_batch) of them a step). ``virtual``: model chunks per pipeline GPU (interleaved 1F1B when
     > 1). ``sp``: sequence parallelism beside tp. ``flash``: attention that keeps no s² scores.
     ``overlap``: data-parallel reductions and pipeline sends run during compute (current Megatron,
-    torchtitan); False sends them after (Megatron-LM in 2021). Tensor-parallel collectives are
-    priced as blocking the layer that issues them, with no overlap: Megatron-Core's tp-comm-overlap
-    and torch's async tensor parallelism (torchtitan) hide much of them behind the matmuls they feed,
-    so on those stacks the planner overprices tp by up to its collectives' time. ``whole_inputs``: sequence parallelism as torch's DTensor plans of
-    chapter 8.4 run it, each all-gathered block input kept whole and the head's logits gathered
-    whole for the loss; False: Megatron's slices (and a loss computed on sharded logits).
+    torchtitan); False sends them after (Megatron-LM in 2021). Tensor-parallel collectives block their
+    layer, unhidden: Megatron-Core's tp-comm-overlap and torch's async TP (torchtitan) hide much of
+    them, so there the planner overprices tp by up to their time. ``whole_inputs``: SP as torch's
+    DTensor plans of 8.4 run it, each all-gathered block input and the head's logits kept whole;
+    False: Megatron's slices (and a loss computed on sharded logits).
     """
 
     dp: int
