@@ -38,6 +38,11 @@ class Machine:
     # a cloud "16 vCPU" box is 8 cores with 2 hardware threads each. 0: not known, taken as ``cores``.
     physical_cores: int = 0
     gpu_memory: int = 0  # bytes on the smallest GPU; 0 where there is none or a profile does not say
+    # A core's clock as the OS reports it, in GHz (0: not known), and whether that is its maximum
+    # (Linux's cpufreq, boost included) or only the clock it shows now (a VM shows its nominal one).
+    clock_ghz: float = 0.0
+    clock_is_max: bool = False
+    cpu_family: str = ""  # vendor and family, "AuthenticAMD 25": what the flags cannot say of the pipes
 
     def __post_init__(self):
         if not isinstance(self.cores, int) or self.cores < 1:
@@ -79,6 +84,22 @@ class Machine:
     def native_fp16(self) -> bool:
         return self.has(*FP16_FLAGS)
 
+    @property
+    def fp32_flops_per_cycle(self) -> int:
+        """A core's float32 FLOPs a cycle, from its vector flags: the widest vector's lanes, x 2 with
+        fused multiply-add, x 2 FMA pipes, which x86 server cores have had since Haswell and Zen 2 (the
+        flags cannot show the pipes: assumed). AMD's Zen 4 (family 25 with avx512f) runs a 512-bit
+        instruction as two 256-bit halves, so it counts 256 bits. 0: no vector flags known."""
+        if self.has("avx512f"):
+            bits = 256 if self.cpu_family == "AuthenticAMD 25" else 512
+        elif self.has("avx2", "avx"):
+            bits = 256
+        elif self.has("sse2", "asimd"):
+            bits = 128
+        else:
+            return 0
+        return bits // 32 * (2 if self.has("fma", "asimd") else 1) * 2
+
     def flags(self, wanted: tuple[str, ...] = SHOWN_FLAGS) -> dict[str, bool]:
         return {w: w in self.cpu_flags for w in wanted}
 
@@ -99,17 +120,26 @@ class Machine:
         return f"{cores} and {self.n_gpus} GPU{'s' if self.n_gpus != 1 else ''} ({', '.join(kinds)})"
 
 
-def _cpuinfo() -> tuple[str, frozenset[str]]:
-    """Linux's /proc/cpuinfo; on macOS (no such file) the model from platform and no flags."""
+def _cpuinfo() -> dict:
+    """Linux's /proc/cpuinfo (the first CPU's lines); on macOS (no such file) the model from platform."""
     try:
         with open("/proc/cpuinfo") as f:
             lines = f.read().splitlines()
     except OSError:
-        return platform.processor() or "unknown CPU", frozenset()
-    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")),
-                 platform.processor() or "unknown CPU")
-    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
-    return model, frozenset(flags)
+        lines = []
+    first = {}
+    for key, _, value in (ln.partition(":") for ln in lines):
+        first.setdefault(key.strip(), value.strip())
+    mhz = float(first.get("cpu MHz") or 0)
+    try:  # cpufreq's maximum, in kHz, where the kernel has a frequency driver
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            mhz, is_max = int(f.read()) / 1e3, True
+    except (OSError, ValueError):
+        is_max = False
+    family = " ".join(v for v in (first.get("vendor_id"), first.get("cpu family")) if v)
+    return {"cpu": first.get("model name") or platform.processor() or "unknown CPU",
+            "cpu_flags": frozenset(first.get("flags", "").split()), "clock_ghz": round(mhz / 1e3, 3),
+            "clock_is_max": is_max, "cpu_family": family}
 
 
 def loopback_interface(system: str = platform.system()) -> str:
@@ -241,10 +271,9 @@ def this() -> Machine:
     import psutil
     import torch
     gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-    cpu, flags = _cpuinfo()
     cpus = usable_cpus()
     gpu_memory = min((torch.cuda.get_device_properties(i).total_memory for i in range(len(gpus))), default=0)
-    return Machine(cores=len(cpus), gpus=gpus, cpu=cpu, cpu_flags=flags,
+    return Machine(cores=len(cpus), gpus=gpus, **_cpuinfo(),
                    system=platform.system(), torch=torch.__version__.split("+")[0],
                    python=platform.python_version(), memory=psutil.virtual_memory().total,
                    physical_cores=_physical_cores(cpus), gpu_memory=gpu_memory)

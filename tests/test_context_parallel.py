@@ -40,6 +40,16 @@ def test_the_naive_split_is_2n_over_n_plus_1_out_of_balance_and_the_zigzag_not(n
     assert theory.imbalance("zigzag", n, 32 * n) == 1.0
 
 
+def test_a_rings_bytes_grow_as_s_and_the_attention_they_hide_under_as_s_squared():
+    one = theory.ring_layer_cost(2, 64, 4, 16, 4)
+    assert one["bytes"] == (6 + 14) * 8192  # ring_bytes' forward and backward
+    assert one["attention_flops"] == 6 * 2 * 64 ** 2 * 64 / 4  # 6bs²h/n
+    two = theory.ring_layer_cost(2, 128, 4, 16, 4)
+    assert two["bytes"] == 2 * one["bytes"] and two["attention_flops"] == 4 * one["attention_flops"]
+    assert two["flops_per_byte"] == 2 * one["flops_per_byte"]
+    assert theory.ring_layer_cost(1, 8, 1, 2, 1)["flops_per_byte"] == float("inf")  # one rank sends nothing
+
+
 def test_ring_bytes_by_hand():
     # b = 1, s = 8, one head of width 2, 2 ranks: a block is 1 x 4 x 2 float32 values = 32 bytes.
     # Forward: K and V one hop (64). Backward: K and V one hop, dK and dV two hops (64 + 128).

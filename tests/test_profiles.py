@@ -265,6 +265,42 @@ def test_physical_cores_are_read_from_cpuinfo_and_psutil(monkeypatch):
         Machine(cores=2, physical_cores=3)
 
 
+@pytest.mark.parametrize("flags, family, per_cycle", [
+    ("sse2 avx avx2 fma", "GenuineIntel 6", 32),  # Haswell: 8 lanes x FMA x 2 pipes
+    ("sse2 avx avx2 fma avx512f", "GenuineIntel 6", 64),  # Skylake-SP's two 512-bit FMA pipes
+    ("sse2 avx avx2 fma avx512f avx512_bf16", "AuthenticAMD 25", 32),  # Zen 4: 512 bits as two halves
+    ("sse2 avx avx2 fma", "AuthenticAMD 25", 32),  # Zen 3
+    ("sse2 avx", "GenuineIntel 6", 16),  # Sandy Bridge: no FMA
+    ("", "", 0),  # macOS: no flags, no count
+])
+def test_a_cores_flops_a_cycle_follow_its_vector_flags(flags, family, per_cycle):
+    from helpers.theory import utilization
+    m = Machine(cores=2, cpu_flags=frozenset(flags.split()), cpu_family=family, clock_ghz=2.5)
+    assert m.fp32_flops_per_cycle == per_cycle
+    if per_cycle:
+        assert utilization.peak_flops(2, 2.5e9, per_cycle) == 2 * 2.5e9 * per_cycle
+
+
+def test_the_data_sheet_peak_is_said_beside_the_measured_one():
+    import dataclasses
+    zen4 = Machine(cores=2, cpu_flags=frozenset({"avx2", "fma", "avx512f"}), cpu_family="AuthenticAMD 25",
+                   clock_ghz=2.6)
+    said = sentences.peak_said(zen4, 93e9, 1, "cpu", 41.6e9)  # a VM's nominal clock, beaten by a boost
+    assert "1 core x 2.60 GHz" in said and "83.2 GFLOP/s" in said and "50%" in said and "about 2.91 GHz" in said
+    said = sentences.peak_said(dataclasses.replace(zen4, clock_ghz=3.7, clock_is_max=True), 93e9, 1, "cpu", 41.6e9)
+    assert "118.4 GFLOP/s" in said and "35%" in said and "reached 79% of it" in said
+    assert "no vector flags" in sentences.peak_said(Machine(cores=8, system="Darwin"), 93e9, 8, "cpu", 41.6e9)
+    assert "data sheet" in sentences.peak_said(zen4, 93e12, 1, "cuda", 41.6e12)
+
+
+def test_this_machines_clock_and_family_are_read():
+    from helpers import machine
+    here = machine._cpuinfo()
+    assert here["clock_ghz"] >= 0 and isinstance(here["clock_is_max"], bool)
+    if machine.platform.system() == "Linux":
+        assert here["clock_ghz"] > 0 and here["cpu_flags"] and here["cpu_family"], here
+
+
 @pytest.mark.parametrize("name, m", PROFILES, ids=[n for n, _ in PROFILES])
 def test_profiles_know_their_physical_cores(name, m):
     assert 1 <= m.whole_cores <= m.cores and m.physical_cores, name  # every profile says

@@ -108,15 +108,16 @@ def test_six_n_gives_gpt3s_published_compute():
 
 
 def test_palms_count_gives_its_published_mfu_and_kaplans_does_not():
-    """Chowdhery et al. 2022: PaLM 540B (Table 2: 540.35 B parameters, 118 layers, 48 heads of 256,
-    sequence 2048) trained at 238.3 K tokens/s on 6144 TPU v4 chips of 275 TFLOP/s: 46.2% MFU
-    (Appendix B). Its own count gives it; Kaplan's causal half gives 46.0%."""
-    palm = tf.palm_flops_per_token(540.35e9, 118, 48, 256, 2048)
+    """Chowdhery et al. 2022: PaLM 540B (540.35 B parameters, 118 layers, 48 heads of 256, sequence
+    2048) trained at 238.3 K tokens/s on 6144 TPU v4 chips of 275 TFLOP/s: 46.2% MFU (Appendix B).
+    Its own count gives it; Kaplan's causal half gives 46.0%."""
+    run = tf.PALM_540B
+    palm = tf.palm_flops_per_token(run.n_params, run.layers, run.heads, run.head_dim, run.seq)
     assert palm == 6 * 540.35e9 + 12 * 118 * 48 * 256 * 2048
-    mfu = tf.mfu(238.3e3 * palm, 6144 * 275e12)
-    assert round(100 * mfu, 1) == 46.2
-    kaplan = tf.kaplan_flops_per_token(540.35e9, 118, 2048, 48 * 256)
-    assert round(100 * tf.mfu(238.3e3 * kaplan, 6144 * 275e12), 1) == 46.0
+    assert round(100 * run.mfu_by(palm), 1) == 46.2 == 100 * run.mfu
+    assert round(100 * tf.mfu(238.3e3 * palm, 6144 * 275e12), 1) == 46.2
+    kaplan = tf.kaplan_flops_per_token(run.n_params, run.layers, run.seq, run.heads * run.head_dim)
+    assert round(100 * run.mfu_by(kaplan), 1) == 46.0
     with pytest.raises(ValueError, match="head_dim"):
         tf.palm_flops_per_token(1e9, 2, 4, 0, 8)
 
@@ -176,6 +177,16 @@ def test_korthikanti_equations_1_2_4_and_6_and_table_2():
     assert sum(terms.values()) - sum(terms[k] for k in mlp) - 4 * sbh == 11 * sbh + 5 * a * s * s * b
     # for GPT-3, 5as/h = 80 > 34: the s² terms are most of it
     assert 5 * a * s / h == 80
+    # 8.2's reading of the 34: 32 bytes are 16 sbh-sized units of 16-bit values in 10 tensors (the
+    # LayerNorms' two inputs and Q, K each one tensor), two of them the GeLU's 4h-wide input and output;
+    # the other 2 bytes are two one-byte dropout masks
+    kept = tf.activation_terms(shape, b, recompute="selective")  # the s² terms aside
+    masks = {k: v for k, v in kept.items() if "mask" in k}
+    values = {k: v for k, v in kept.items() if "mask" not in k}
+    tensors = {"LayerNorm inputs": 2, "Q and K": 2}
+    assert sum(values.values()) == 32 * sbh == 2 * 16 * sbh and sum(tensors.get(k, 1) for k in values) == 10
+    assert [k for k, v in values.items() if v == 2 * 4 * sbh] == ["GeLU input", "GeLU output"]
+    assert sorted(masks.values()) == [sbh, sbh] and sum(kept.values()) == 34 * sbh
 
 
 def test_activation_options_by_hand():

@@ -20,7 +20,7 @@ from .beyond_the_article import (  # noqa: F401
 )
 from .common import load_said, margin_said  # noqa: F401
 from .scaling import communication, fit_bounds, prediction, speedup  # noqa: F401
-from .transformers import attention_kernel, transformer_bill  # noqa: F401
+from .transformers import attention_kernel, peak_said, transformer_bill  # noqa: F401
 from .transformers import sequence_context  # noqa: F401
 from .transformers import experts  # noqa: F401
 from .transformers_at_scale import four_d, four_d_cp, four_d_wire, plan  # noqa: F401

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import plans
+from ..theory import utilization
 from ..machine import BF16_FLAGS, Machine
 from .common import _plural_gpus, _runs, _untimed
 
@@ -27,6 +28,28 @@ def _profiled(m: Machine) -> str:
                 "ops, and the all-reduce runs on NCCL's stream, not on gloo's threads")
     return ("Here the ranks ran on the CPU over gloo: the traces hold CPU ops only, and each all-reduce "
             "runs on one of gloo's own threads, beside the rank's main thread")
+
+
+def peak_said(m: Machine, measured: float, threads: int, device: str, model_flops_per_s: float) -> str:
+    """8.1: the measured float32 peak beside the data sheet's kind of peak, cores x clock x FLOPs a
+    cycle (``Machine.fp32_flops_per_cycle``), and the MFU against each; papers use the data sheet's."""
+    if device != "cpu":
+        return ("On a GPU the data sheet's peak is the one the papers divide by; set the measured one "
+                "beside it, from the GPU's own data sheet")
+    per_cycle = m.fp32_flops_per_cycle
+    if not (per_cycle and m.clock_ghz):
+        return ("This system reports no vector flags or no clock, so there is no data-sheet peak to "
+                "set beside the measured one here")
+    sheet = utilization.peak_flops(threads, m.clock_ghz * 1e9, per_cycle)
+    clock = (f"{m.clock_ghz:.2f} GHz, its maximum clock" if m.clock_is_max else
+             f"{m.clock_ghz:.2f} GHz, the clock the system reports (it exposes no maximum, as VMs often do not)")
+    said = (f"The data-sheet kind of peak, which the papers use, is {threads} core{'s' if threads != 1 else ''} x {clock} x {per_cycle} "
+            f"float32 FLOPs a cycle = {sheet / 1e9:.1f} GFLOP/s, and the MFU against it "
+            f"{100 * utilization.mfu(model_flops_per_s, sheet):.0f}%")
+    if measured <= sheet:
+        return f"{said}: the measured matmul reached {100 * measured / sheet:.0f}% of it, so MFU against it reads lower"
+    return (f"{said}: the measured matmul beat it, so the cores ran faster than that clock, at about "
+            f"{measured / (threads * per_cycle) / 1e9:.2f} GHz (a boost clock the system does not report)")
 
 
 def transformer_bill(m: Machine) -> dict[str, str]:

@@ -27,7 +27,8 @@ from .prediction import (  # noqa: F401
     StepPrediction, predict_step, predict, predicted_speedup, article_step, crossover, ddp_buckets,
 )
 from .context_parallel import (  # noqa: F401
-    LAYOUTS, n_chunks, chunks, chunk_len, positions, causal_work, imbalance, ring_bytes, what_each_divides,
+    LAYOUTS, n_chunks, chunks, chunk_len, positions, causal_work, imbalance, ring_bytes, ring_layer_cost,
+    what_each_divides,
 )
 from .tensor_parallel import (  # noqa: F401
     STRATEGIES, megatron_allreduces, tp_message_bytes, local_params, state_bytes, step_collectives,

@@ -83,6 +83,18 @@ def ring_bytes(batch: int, seq: int, heads: int, head_dim: int, n: int, value_by
     return {"forward": 2 * (n - 1) * block, "backward": (2 * (n - 1) + 2 * n) * block if n > 1 else 0}
 
 
+def ring_layer_cost(batch: int, seq: int, heads: int, head_dim: int, n: int, value_bytes: int = 4) -> dict:
+    """One layer on one of ``n`` CP ranks: the key/value bytes its ring sends (forward and backward,
+    ``ring_bytes``) and the attention FLOPs they can hide under. Causal attention computes half of
+    the 4bs²h of QKᵀ and the scores times V, the backward twice that, a balanced (zig-zag) share on
+    each rank: 6bs²h/n. The bytes grow as s, the FLOPs as s², so FLOPs a byte grow as s: at long
+    sequences each block's sends take less time than the attention computed while they travel."""
+    ring = ring_bytes(batch, seq, heads, head_dim, n, value_bytes)
+    sent = ring["forward"] + ring["backward"]
+    flops = 6 * batch * seq ** 2 * heads * head_dim / n
+    return {"bytes": sent, "attention_flops": flops, "flops_per_byte": flops / sent if sent else float("inf")}
+
+
 def what_each_divides(layers: int, batch: int, seq: int, hidden: int, heads: int, n: int, n_params: int,
                       value_bytes: int = 4) -> list[dict]:
     """TP, SP and CP over ``n`` ranks, side by side, for a GPT of ``layers`` layers: what each

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from .checks import at_least, one_of, positive, whole
 from .sharding import SHARDED, STAGES, sharded_state_bytes
+from .utilization import PALM_540B, mfu, training_days  # noqa: F401  (8.1 reads them here, beside the counts)
 
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("materialized", "flash")
-SECONDS_PER_DAY = 86400
 
 
 @dataclass(frozen=True)
@@ -189,13 +189,7 @@ def palm_flops_per_token(n_params: float, layers: int, heads: int, head_dim: int
     return six_n_flops_per_token(n_params) + 12.0 * layers * heads * head_dim * seq
 
 
-# --- Utilization and time -----------------------------------------------------------------------
-
-def mfu(achieved_flops_per_s, peak_flops_per_s):
-    """Model FLOPs utilization: the model's FLOPs (recomputation not counted) per second over the
-    hardware's peak (Chowdhery et al. 2022, PaLM, Appendix B)."""
-    return at_least("achieved_flops_per_s", achieved_flops_per_s) / positive("peak_flops_per_s", peak_flops_per_s)
-
+# --- Utilization ------------------------------------------------------------------------------
 
 def hfu(model_flops_per_s, peak_flops_per_s, shape: Shape, recompute="full"):
     """Hardware FLOPs utilization: what the hardware ran, recomputation included, over its peak.
@@ -203,13 +197,6 @@ def hfu(model_flops_per_s, peak_flops_per_s, shape: Shape, recompute="full"):
     with and without recomputation converts it (the batch cancels)."""
     ratio = flops_per_step(shape, 1, recompute) / flops_per_step(shape, 1)
     return mfu(model_flops_per_s, peak_flops_per_s) * ratio
-
-
-def training_days(tokens: float, n_params: float, gpus: int, flops_per_gpu: float) -> float:
-    """Narayanan et al. 2021, Eq. 4: end-to-end training time ≈ 8 T P / (n X) seconds, in days:
-    8 = Eq. 3's 4 passes of 2 FLOPs per multiply-add, T tokens, P parameters, n GPUs at X FLOP/s."""
-    at_least("tokens", tokens), at_least("n_params", n_params), whole("gpus", gpus)
-    return 8.0 * tokens * n_params / (gpus * positive("flops_per_gpu", flops_per_gpu)) / SECONDS_PER_DAY
 
 
 # --- Model states --------------------------------------------------------------------------------
