@@ -48,7 +48,6 @@ class PublishedRun:
     peak_flops_per_chip: float  # the data sheet's, as the paper used it
     mfu: float  # the paper's own figure
 
-
     def mfu_by(self, flops_per_token: float) -> float:
         """The run's MFU with its FLOPs a token counted one way (PaLM's, Kaplan's, ...)."""
         return mfu(self.tokens_per_s * flops_per_token, self.chips * self.peak_flops_per_chip)
