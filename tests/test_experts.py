@@ -177,6 +177,7 @@ def test_the_chapter_says_when_its_four_ranks_share_the_cores():
 def test_experts_split_over_two_ranks_equal_one_process():
     ranks = helpers.launch(ex.ep_equality, nprocs=2, batch=2, show=None)
     assert max(analysis.ep_gaps(ranks).values()) < 1e-5, analysis.ep_gaps(ranks)
+    assert (ranks[0]["experts"], ranks[0]["k"], ranks[0]["capacity_factor"]) == (4, 2, 1.25)
     assert torch.equal(sum(torch.tensor(r["counts"]) for r in ranks), torch.tensor(ranks[0]["ref_counts"]))
     for r in ranks:
         s = analysis.dispatch_bytes(r)
@@ -184,6 +185,17 @@ def test_experts_split_over_two_ranks_equal_one_process():
         assert 0 < s["left"] < s["message"]
     with pytest.raises(helpers.RankError):
         helpers.launch(ex.ep_equality, nprocs=2, experts=3, show=None)  # 3 experts over 2 ranks
+
+
+def test_ep_padding_by_hand():
+    """2 ranks, 4 experts, k = 1, 8 tokens a rank, 2 layers: rank 1's experts (2, 3) get 12 of 16 in layer 0."""
+    loads = [[2, 2, 6, 6], [4, 4, 4, 4]]
+    ranks = [{"n": 2, "tokens": 8, "experts": 4, "k": 1, "ref_loads": loads, "counts": [[1, 1, 3, 3], [2, 2, 2, 2]]},
+             {"counts": [[1, 1, 3, 3], [2, 2, 2, 2]]}]
+    pad = analysis.ep_padding(ranks, 1.25)
+    assert pad == {"dropped": 0, "busiest": 12, "mean": 8.0, "capacity": 3, "padded": 12}  # C = ceil(1.25 * 8 / 4)
+    ranks[1]["counts"] = [[1, 1, 2, 3], [2, 2, 2, 2]]  # one slot cut
+    assert analysis.ep_padding(ranks, 1.25)["dropped"] == 1
 
 
 @pytest.mark.filterwarnings("ignore::helpers.SharedCoresWarning")  # no timings: losses and weights

@@ -37,6 +37,6 @@ from .sharding import (  # noqa: F401
     ring_fit, weight_differences, reshard_rows, predicted_comm_seconds, time_rows,
 )
 from .hangs import said, names_cause  # noqa: F401
-from .experts import expert_balance, uniform_dropped, ep_gaps, dispatch_bytes, AlltoallFit, fit_alltoall  # noqa: F401
+from .experts import expert_balance, uniform_dropped, ep_gaps, ep_padding, dispatch_bytes, AlltoallFit, fit_alltoall  # noqa: F401
 from .planner import narayanan_table, markdown as planner_markdown, machine_cluster  # noqa: F401
 from . import margins  # noqa: F401  (analysis.margins.compare: a timing claim over paired rounds)

@@ -45,6 +45,20 @@ def ep_gaps(ranks: list[dict]) -> dict[str, float]:
     return {key: max(r["gaps"][key] for r in ranks) for key in ranks[0]["gaps"]}
 
 
+def ep_padding(ranks: list[dict], capacity_factor: float) -> dict:
+    """``experts.ep_equality`` run dropless, against the same routing padded to a capacity, as a
+    runtime of static shapes must: per layer, the tokens each rank's E/n experts took; the busiest
+    rank's (the largest over layers) and the mean rank's; and the slots every rank computes when
+    each of its experts takes C from each of the n ranks, E/n * n * C = E * C, however few came."""
+    n, tokens, experts, k = (ranks[0][key] for key in ("n", "tokens", "experts", "k"))
+    loads = np.asarray(ranks[0]["ref_loads"])           # (layers, experts): whole batch, before any cut
+    took = sum(np.asarray(r["counts"]) for r in ranks)  # what the experts received from every rank
+    per_rank = took.reshape(len(took), n, experts // n).sum(-1)
+    capacity = theory.expert_capacity(tokens, experts, k, capacity_factor)
+    return {"dropped": int((loads - took).sum()), "busiest": int(per_rank.max()), "mean": float(per_rank.mean()),
+            "capacity": capacity, "padded": experts * capacity}
+
+
 def dispatch_bytes(rank: dict) -> dict:
     """One rank's forward dispatches (every other forward all_to_all; the others bring the outputs
     back): the message M it handed all_to_all, what left for other ranks, and the fraction that left."""

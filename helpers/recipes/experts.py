@@ -181,6 +181,7 @@ def ep_equality(experts: int = 4, k: int = 2, capacity_factor: float | None = 1.
                 "loss": abs(losses[0].item() / n - ref_loss.item()), "aux": abs(losses[1].item() / n - ref_aux.item()),
                 "grads": max(float((g - ref_grads[name]).abs().max()) for name, g in grads.items())}
         return {"rank": rank, "n": n, "hidden": ep.cfg.hidden, "tokens": batch * seq, "gaps": gaps,
+                "experts": experts, "k": k, "capacity_factor": capacity_factor,
                 "max_gap": max(gaps.values()),
                 "held": sorted(grads), "ref_params": sorted(ref_grads), "loss": ref_loss.item(),
                 "log": list(LOG), "counts": moe.loads(ep)["counts"].tolist(),

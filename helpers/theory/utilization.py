@@ -46,7 +46,7 @@ class PublishedRun:
     tokens_per_s: float
     chips: int
     peak_flops_per_chip: float  # the data sheet's, as the paper used it
-    mfu: float  # the paper's own figure
+    published_mfu: float  # the paper's own figure
 
     def mfu_by(self, flops_per_token: float) -> float:
         """The run's MFU with its FLOPs a token counted one way (PaLM's, Kaplan's, ...)."""
