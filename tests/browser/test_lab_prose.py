@@ -1,6 +1,7 @@
 """The book's prose in JupyterLab reads as the web book's (book/_lab): no MyST syntax shows, a value
 not computed yet names the cell that computes it, and once a chapter has run, every number in
 its prose is the reader's own, formatted as the web book formats the same run."""
+import json
 import re
 
 from conftest import ROOT, screenshot
@@ -10,6 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+GLUE_CELLS = json.loads((ROOT / "book" / "_lab" / "glue_cells.json").read_text())
 RAW_MYST = re.compile(r"\{[a-z][\w:-]*\}`|```\s*\{|:::\s*\{")
 
 
@@ -67,3 +69,15 @@ def test_a_part_7_chapter_shows_the_readers_own_numbers(browser, lab):
     screenshot(browser, "jupyterlab_prose_after_07_3_cluster")
     assert shut_down(lab, state["kernel"]) == []
 
+
+def test_each_marker_names_the_cell_that_really_glues_the_value():
+    """glue_cells.json against the notebooks nbval executed in this run (the book's cache)."""
+    import sys
+    sys.path.insert(0, str(ROOT / "book" / "_lab"))
+    import book_data
+    ran = book_data.glue_cells_from_runs()
+    assert set(ran) == {n[:-6] for n in NOTEBOOKS}, "run `make notebooks` first: some chapter is not in the cache"
+    stale = {nb: {k: (v, ran[nb].get(k)) for k, v in cells.items() if ran[nb].get(k) != v}
+             for nb, cells in GLUE_CELLS.items()}
+    stale = {nb: d for nb, d in stale.items() if d}
+    assert not stale, f"book/_lab/glue_cells.json is out of date (python book/_lab/book_data.py --glue-cells): {stale}"
