@@ -6,7 +6,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import helpers
 from helpers import data
-from helpers.analysis import hidden_fraction, summarize_timeline
+from helpers.analysis import hidden_fraction, step_ratios, summarize_timeline
 from helpers.data import batch_plan
 from helpers.probes.data_parallel import train_single
 from helpers.recipes import data_parallel as dp
@@ -82,3 +82,14 @@ def test_summarize_timeline_takes_medians_over_ranks_and_steps():
     # The median of 4 values is the mean of the middle two: (0.2 + 0.3) / 2 s.
     assert abs(s["step_ms"] - 250) < 1e-9 and abs(s["backward_ms"] - 125) < 1e-9
     assert abs(s["hidden"] - 0.45) < 1e-12
+
+
+def test_step_ratios_pair_steps_and_sum_the_ranks_for_both_recipes_shapes():
+    # timeline's shape: a dict per step. Step 1: (3 + 1) / (1 + 1); step 2: (6 + 2) / (2 + 2).
+    def run(comms):
+        return {"steps": [{"comm": c} for c in comms]}
+    ranks = [{"runs": {"slow": run([3, 6]), "fast": run([1, 2])}}, {"runs": {"slow": run([1, 2]), "fast": run([1, 2])}}]
+    assert step_ratios(ranks, "slow", "fast") == [2.0, 2.0]
+    # accumulate's shape: a list per measure.
+    acc = [{"runs": {"every": {"seconds": [4.0, 9.0]}, "no_sync": {"seconds": [1.0, 3.0]}}}] * 2
+    assert step_ratios(acc, "every", "no_sync", "seconds") == [4.0, 3.0]

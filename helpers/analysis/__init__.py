@@ -7,7 +7,7 @@ One module per kind of result; the names are re-exported here, so a chapter call
 ``analysis.fit_allreduce`` and shows its source wherever it lives.
 """
 from .timelines import (  # noqa: F401
-    hidden_fraction, summarize_timeline, window, utilization, overlap_seconds, summarize_schedules,
+    hidden_fraction, summarize_timeline, step_ratios, window, utilization, overlap_seconds, summarize_schedules,
 )
 from .scaling import (  # noqa: F401
     ScalingRuns, ratio_spread, paired_ratios, contention_slowdown,

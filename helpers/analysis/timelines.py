@@ -34,6 +34,18 @@ def summarize_timeline(ranks: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
+def step_ratios(ranks: list[dict], slow: str, fast: str, key: str = "comm") -> list[float]:
+    """One ratio per timed step: ``key`` of variant ``slow`` over that of ``fast``, each summed over
+    the ranks. The variants took turns step by step, seconds apart, so a slow moment of the machine
+    falls on both sides of a ratio (``analysis.margins``' paired rounds). Reads both of 3.1's
+    recipes: ``timeline`` (a dict per step under "steps") and ``accumulate`` (a list per measure)."""
+    def per_step(name: str) -> list[float]:
+        runs = [r["runs"][name] for r in ranks]
+        series = [[s[key] for s in run["steps"]] if "steps" in run else run[key] for run in runs]
+        return [sum(step) for step in zip(*series)]
+    return [s / f for s, f in zip(per_step(slow), per_step(fast))]
+
+
 # --- Chapter 3.2: pipeline schedules ---------------------------------------------------
 
 def window(stage_spans: list[list[tuple]]) -> tuple[float, float]:

@@ -2,9 +2,12 @@
 
 ``train_single`` trains one process on the global batches that the ranks of
 ``helpers.recipes.data_parallel.train`` see together; ``train_dataparallel`` is the
-article's DP row, ``nn.DataParallel``, one process driving every GPU.
+article's DP row, ``nn.DataParallel``, one process driving every GPU. ``more_timeline_rounds``
+adds steps to a timing comparison of ``timeline``'s, launched from the notebook's process.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -53,3 +56,16 @@ def train_dataparallel(steps: int = 20, batch_size: int = 32, lr: float = 0.05, 
     module = SimpleModel().to("cuda:0")
     losses = _train_global(nn.DataParallel(module), "cuda:0", 2, steps, batch_size, lr, seed)
     return {"gpus": gpus, "losses": losses, "params": flat_params(module)}
+
+
+def more_timeline_rounds(slow: str, fast: str, caps: tuple = (32,)) -> Callable[[int], list[float]]:
+    """``more(k)``: k more timed steps of ``helpers.recipes.data_parallel.timeline`` on 2 ranks (the
+    variants in turns, as the chapter ran them), and each step's ratio of ``slow``'s time in
+    all_reduce over ``fast``'s (``analysis.step_ratios``), for ``analysis.margins.until_clear``."""
+    import helpers
+    from helpers import analysis
+    from helpers.recipes import data_parallel
+
+    def more(k: int) -> list[float]:
+        return analysis.step_ratios(helpers.launch(data_parallel.timeline, nprocs=2, caps=caps, steps=k), slow, fast)
+    return more
