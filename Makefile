@@ -95,7 +95,7 @@ unit-alone: $(STAMP)
 # Most of the others wait (on ranks starting, timeouts, kills), so more run at once than there are cores.
 UNIT_WORKERS ?= 3
 unit-ranks: $(STAMP)
-	$(BIN)/python -m pytest tests -q --ignore=tests/browser $(UNIT_ALONE:%=--ignore=%) -n $(UNIT_WORKERS)
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser $(UNIT_ALONE:%=--ignore=%) -n $(UNIT_WORKERS) --durations=20
 ifneq ($(filter test,$(MAKECMDGOALS)),)
 # within `make test` only (`make unit` runs them at once): the ranks' tests after the timed chapters,
 # the others beside them once npm's builds are done
@@ -144,7 +144,7 @@ browser-deps:
 ## The built site (served on 127.0.0.1, no internet) and JupyterLab, driven through chromium.
 ## Two at once: the pages mostly wait on chromium, and JupyterLab's tests on a kernel's run.
 browser: $(STAMP) browser-deps lab-extension
-	$(BIN)/python -m pytest tests/browser -q -n 2
+	$(BIN)/python -m pytest tests/browser -q -n 2 --durations=20
 
 # JupyterLab shows the prose as the web book does (book/_lab): the extension is built from npm's
 # registry once, then installed into the venv with the settings that keep JupyterLab quiet.
