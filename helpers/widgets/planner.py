@@ -2,7 +2,7 @@
 
 The model (layers, hidden size, head size, query heads per KV head, MLP width, gated or not, GPT- or
 Llama-style, mixture of experts, sequence, vocabulary) and the cluster (GPUs, GPUs a node, memory,
-peak FLOP/s, the links in and across nodes, the one efficiency) and the global batch; out of
+peak FLOP/s, the links in and across nodes, the matmuls' efficiency) and the global batch; out of
 ``theory.planner.plan``: how many meshes fit, the best with its step, MFU and memory, why it beats
 the runner-up, the five best as a table and their steps by part as bars. The browser runs
 ``planner_theory.js`` (the port of theory.planner) on every change; ``readout_html`` is the same in
@@ -15,11 +15,12 @@ import html
 
 from . import shell
 from ..analysis.planner import RANKED_HEADER
+from ..theory.planner import published
 
 PLANNER_DEFAULTS = {"layers": 80, "hidden": 12288, "head_dim": 128, "q_per_kv": 1, "mlp_ratio": 4, "gated": False,
                     "llama_style": False, "moe": "dense", "seq": 2048, "vocab": 51200, "batch": 2304, "gpus": 1536,
                     "gpus_per_node": 8, "memory_gib": 80, "peak_tflops": 312, "intra_gbps": 300, "inter_gbps": 25,
-                    "efficiency": 0.5}
+                    "efficiency": published.MATMUL_EFFICIENCY}
 OPTIONS = {"layers": [2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 128],
            "hidden": [512, 1024, 2048, 2304, 3072, 4096, 5120, 6144, 8192, 12288, 16384, 20480, 25600],
            "head_dim": [64, 96, 128, 160, 256], "q_per_kv": [1, 2, 4, 8, 16], "mlp_ratio": [2, 2.5, 3, 3.5, 4, 8],
@@ -34,17 +35,17 @@ MOE = {"dense": (1, 1), "8 experts, top-2": (8, 2), "16 experts, top-4": (16, 4)
 PART_NAMES = {"compute": "compute", "bubble": "pipeline bubble", "tp": "tensor-parallel all-reduces",
               "cp": "context-parallel sends", "ep": "expert all-to-alls", "pp": "pipeline sends",
               "dp": "data-parallel collectives"}
-EFFICIENCY = (0.2, 0.8, 0.05)  # the efficiency slider: low, high, step
+EFFICIENCY = (0.2, 0.8, 0.01)  # the matmuls' efficiency slider: low, high, step
 SHOWN = 5  # layouts in the table and the bars
 GIB = 2**30
 
 
 def fixed_cluster() -> dict:
-    """What the controls leave as Selene has it (``published.selene``): latencies and reserved bytes."""
-    from helpers.theory.planner import published
+    """What the controls leave as Selene has it (``published.selene``): latencies, reserved bytes, and
+    the efficiency of attention that materializes its scores (the plans here use flash attention)."""
     c = published.selene(8)
     return {"intra_latency_s": c.intra_latency_s, "inter_latency_s": c.inter_latency_s,
-            "reserved_bytes": c.reserved_bytes}
+            "reserved_bytes": c.reserved_bytes, "attention_efficiency": c.attention_efficiency}
 
 
 def setting(v: dict):

@@ -112,12 +112,14 @@ Object.assign(theory, (function () {
   }
 
   function plannerCluster(o) {
-    const c = {efficiency: 0.5, reserved_bytes: 0.0, ...o};
+    const c = {efficiency: 0.5, reserved_bytes: 0.0, attention_efficiency: null, ...o};
     if (c.gpus > c.gpus_per_node && c.gpus % c.gpus_per_node) {
       throw new Error(`${c.gpus} GPUs do not fill nodes of ${c.gpus_per_node}`);
     }
     return c;
   }
+  // Cluster.attention: the attention core's fraction of peak (materialized scores only).
+  const attention = (c, flash) => flash || c.attention_efficiency === null ? c.efficiency : c.attention_efficiency;
   function plannerLayout(o) {
     return {tp: 1, pp: 1, cp: 1, ep: 1, zero: 0, recompute: "none", micro_batch: 1, virtual: 1, sp: false,
             flash: true, overlap: true, whole_inputs: false, ...o};
@@ -204,10 +206,11 @@ Object.assign(theory, (function () {
     if (last) memory["head and loss"] = outside[1] + (first ? outside[0] : 0.0);
     memory["reserved"] = c.reserved_bytes;
     const rate = c.efficiency * c.peak_flops * t * ly.cp / b;
-    const again = {"none": 0.0, "selective": ly.flash ? 0.0 : coreForwardFlops(m),
-                   "full": layerForwardFlops(m)}[ly.recompute];
-    const fwd = (layers * layerForwardFlops(m) + (last ? logitsForwardFlops(m) : 0.0)) / rate;
-    const bwd = 2 * fwd + layers * again / rate;
+    const core = coreForwardFlops(m) / (rate / c.efficiency * attention(c, ly.flash));
+    const layer = (layerForwardFlops(m) - coreForwardFlops(m)) / rate + core;
+    const again = {"none": 0.0, "selective": ly.flash ? 0.0 : core, "full": layer}[ly.recompute];
+    const fwd = layers * layer + (last ? logitsForwardFlops(m) / rate : 0.0);
+    const bwd = 2 * fwd + layers * again;
     return [memory, fwd, bwd, layers, dense * m.value_bytes, experts * m.value_bytes];
   }
 
@@ -249,7 +252,7 @@ Object.assign(theory, (function () {
       const [lat, spb] = link(c, ly.tp, ly.cp), kv = 2.0 * ly.micro_batch * s * m.kv_hidden * v / ly.tp;
       const comm = (full ? 3 : 2) * collectiveTime("all_gather", kv, ly.cp, lat, spb)
         + collectiveTime("reduce_scatter", kv, ly.cp, lat, spb);
-      const core = 3 * coreForwardFlops(m) * ly.micro_batch / (ly.tp * ly.cp * c.efficiency * c.peak_flops);
+      const core = 3 * coreForwardFlops(m) * ly.micro_batch / (ly.tp * ly.cp * attention(c, ly.flash) * c.peak_flops);
       t["cp"] = layers * Math.max(0.0, comm - core);
       hidden = layers * Math.min(comm, core);
     }

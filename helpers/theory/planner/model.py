@@ -1,4 +1,4 @@
-"""What the planner is told: the model, the cluster, one layout; and a transformer layer's arithmetic.
+"""What the planner is told: the model and one layout (the cluster: ``cluster``); and a transformer layer's arithmetic.
 
 Units are in the names: ``*_bytes`` bytes, ``*_s`` seconds, ``*_flops`` FLOP/s (a rate) where the
 field says so, bandwidths in bytes/s per GPU per direction. Counts (layers, heads, GPUs) are plain.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import transformer as tf
-from ..checks import at_least, one_of, whole, within
+from ..checks import one_of, whole
 
 RECOMPUTE = tf.RECOMPUTE  # Korthikanti et al. 2022: selective drops the s² core
 VALUE_BYTES = 2  # Model.value_bytes' default: bf16/fp16 activations, weights for compute, gradients on the wire
@@ -224,52 +224,6 @@ class Model:
                 terms["final norm statistics"] = 2 * self.value_bytes * tokens / (tp if sp else 1)
             return first, sum(terms.values())
         return _memo((self, "outside", micro_batch, tp, cp, sp, whole_inputs), count)
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """GPUs and their links. Bandwidths: bytes/s per GPU per direction; latencies: seconds per
-    step of a ring; ``peak_flops``: FLOP/s of one GPU at the precision trained in.
-
-    ``efficiency`` is the fraction of ``peak_flops`` the GPUs' kernels run at while computing,
-    one number for every layout: executed FLOPs over peak, PaLM's HFU (not MFU). ``reserved_bytes`` per GPU
-    are out of reach of the model: the CUDA context, communication buffers, fragmentation.
-    A group of GPUs inside one node talks at ``intra_*``; a ring over nodes with k of its
-    members in each node crosses each node's boundary on k NICs at once (one ring per NIC, as
-    NCCL does), so its bandwidth is min(intra, k x inter) at ``inter_latency_s``.
-    """
-
-    gpus: int
-    gpus_per_node: int
-    memory_bytes: float
-    peak_flops: float
-    intra_bandwidth: float
-    inter_bandwidth: float
-    intra_latency_s: float
-    inter_latency_s: float
-    efficiency: float = 0.5
-    reserved_bytes: float = 0.0
-
-    def __post_init__(self):
-        whole("Cluster.gpus", self.gpus), whole("Cluster.gpus_per_node", self.gpus_per_node)
-        for name in ("memory_bytes", "peak_flops", "intra_bandwidth", "inter_bandwidth"):
-            at_least(f"Cluster.{name}", getattr(self, name), 1e-300)
-        for name in ("intra_latency_s", "inter_latency_s", "reserved_bytes"):
-            at_least(f"Cluster.{name}", getattr(self, name))
-        within("Cluster.efficiency", self.efficiency, 1e-6, 1.0)
-        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
-            raise ValueError(f"{self.gpus} GPUs do not fill nodes of {self.gpus_per_node}")
-
-
-def machine_cluster(devices: int, memory_bytes: float, peak_flops: float, step_latency_s: float,
-                    seconds_per_byte: float, efficiency: float = 1.0) -> Cluster:
-    """One machine as a cluster: ``devices`` ranks (a CPU's cores split between gloo ranks) on one
-    node, every link the ring that chapter 4.2 fitted (``theory.ring_from_fit``: seconds per ring
-    step, seconds per byte). ``peak_flops``: one rank's measured FLOP/s, hence efficiency 1."""
-    at_least("seconds_per_byte", seconds_per_byte, 1e-300)
-    bandwidth = 1.0 / seconds_per_byte
-    return Cluster(devices, devices, memory_bytes, peak_flops, bandwidth, bandwidth,
-                   step_latency_s, step_latency_s, efficiency)
 
 
 @dataclass(frozen=True)

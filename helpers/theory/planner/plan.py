@@ -10,7 +10,8 @@ tp-comm-overlap, no async TP), so a slow link under them costs every layer.
 from __future__ import annotations
 
 from ..checks import whole
-from .model import RECOMPUTE, Cluster, Layout, Model
+from .cluster import Cluster
+from .model import RECOMPUTE, Layout, Model
 from .price import Priced, batch_refused, check, price
 
 

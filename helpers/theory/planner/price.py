@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from ..sharding import STAGES, segment_bounds, sharded_state_bytes
 from ..sharding import collective_time as _collective_time
 from ..checks import whole
-from .model import Cluster, Layout, Model, _memo
+from .cluster import Cluster
+from .model import Layout, Model, _memo
 
 
 def collective_time(op, nbytes, group, lat, spb, messages=1) -> float:
@@ -148,10 +149,11 @@ def _device(model, cluster, ly, rank, mbs):
         memory["head and loss"] = outside[1] + (outside[0] if first else 0.0)
     memory["reserved"] = cluster.reserved_bytes
     rate = cluster.efficiency * cluster.peak_flops * t * ly.cp / b  # per sequence on this GPU's share
-    again = {"none": 0.0, "selective": 0.0 if ly.flash else model.core_forward_flops(),
-             "full": model.layer_forward_flops()}[ly.recompute]
-    fwd = (layers * model.layer_forward_flops() + (model.logits_forward_flops() if last else 0.0)) / rate
-    bwd = 2 * fwd + layers * again / rate
+    core = model.core_forward_flops() / (rate / cluster.efficiency * cluster.attention(ly.flash))  # its seconds
+    layer = (model.layer_forward_flops() - model.core_forward_flops()) / rate + core
+    again = {"none": 0.0, "selective": 0.0 if ly.flash else core, "full": layer}[ly.recompute]
+    fwd = layers * layer + (model.logits_forward_flops() / rate if last else 0.0)
+    bwd = 2 * fwd + layers * again
     return memory, fwd, bwd, layers, dense * model.value_bytes, experts * model.value_bytes
 
 
@@ -180,7 +182,7 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
         comm = ((3 if full else 2) * collective_time("all_gather", kv, ly.cp, lat, spb)
                 + collective_time("reduce_scatter", kv, ly.cp, lat, spb))
         core = 3 * model.core_forward_flops() * ly.micro_batch / (
-            ly.tp * ly.cp * cluster.efficiency * cluster.peak_flops)
+            ly.tp * ly.cp * cluster.attention(ly.flash) * cluster.peak_flops)
         t["cp"] = layers * max(0.0, comm - core)
         hidden = layers * min(comm, core)
     if model.experts > 1 and ly.ep > 1:  # dispatch and combine, forward and backward
