@@ -11,6 +11,7 @@ from helpers import theory
 from helpers.theory import planner
 from helpers.analysis import planner as analysis
 from helpers.theory.planner import Cluster, Layout, Model, check, plan, price, published
+from helpers.theory.planner.price import stage_memory, warm_up_layers
 
 GPT_1T = published.model_of(published.TABLE_1[-1])
 
@@ -202,6 +203,18 @@ def test_the_two_efficiencies_are_the_fit_on_half_the_rows_and_beat_a_constant_o
     assert errors["rho"] > 0.5
     one = published.fit_efficiencies(separate_attention=False)
     assert one[1] is None and analysis.table_1_errors(published.compare(*one))["rho"] < 0.5
+
+
+def test_the_interleaved_warm_up_holds_korthikantis_layers_and_uneven_chunks_as_they_are():
+    # 64 layers in pp 4 x v 2 chunks of 8; the whole warm-up, pp v + pp - 1 = 11 forwards: 64 (1 + 3/8) = 88.
+    assert warm_up_layers([8, 8], 4, 11) == 64 * (1 + 3 / (4 * 2)) == 88
+    # Chunks of 2, 1, 1 layers: forwards 0-3 on the first (2 layers each), 4-11 on the others, 12-14 on the first.
+    assert warm_up_layers([2, 1, 1], 4, 15) == 4 * 2 + 8 * 1 + 3 * 2
+    # Llama 3 405B's 126 layers at pp 16, v 7: GPU 0 holds chunks of 2, 1, 1, 1, 1, 1, 1 layers. Of its 127
+    # warm-up forwards, 0-15 and 112-126 run the 2-layer chunk, 16-111 the others: 158 layers, not 127 x 2.
+    model = Model(layers=126, hidden=1024, heads=8, seq=512, vocab=1000)
+    first = stage_memory(model, a100s(16), Layout(dp=1, pp=16, virtual=7), 32 * 512)[0]
+    assert first["activations"] == (31 * 2 + 96 * 1) * model.layer_activation_bytes(1, 1, 1, False, True)
 
 
 def test_spearmans_rho_by_hand():

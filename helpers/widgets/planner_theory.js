@@ -171,14 +171,19 @@ Object.assign(theory, (function () {
     const perNode = Math.max(1, div(c.gpus_per_node, stride));
     return [c.inter_latency_s, 1.0 / Math.min(c.intra_bandwidth, perNode * c.inter_bandwidth)];
   }
-  function stageOf(m, ly, rank) {  // [layers, largest chunk's layers] of pipeline GPU rank
+  function stageOf(m, ly, rank) {  // the layers of each chunk pipeline GPU rank holds
     const n = m.layers, segments = ly.pp * ly.virtual, mine = [];
     for (let s = rank; s < segments; s += ly.pp) mine.push(div(n, segments) + (s < n % segments ? 1 : 0));
-    return [sum(mine), Math.max(...mine)];
+    return mine;
+  }
+  function warmUpLayers(chunks, pp, forwards) {  // price.warm_up_layers
+    const cycles = div(forwards, pp * chunks.length), left = forwards % (pp * chunks.length);
+    const full = div(left, pp), part = left % pp;
+    return cycles * pp * sum(chunks) + pp * sum(chunks.slice(0, full)) + part * chunks[full];
   }
 
   function device(m, c, ly, rank, mbs) {
-    const [layers, chunk] = stageOf(m, ly, rank), first = rank === 0, last = rank === ly.pp - 1;
+    const chunks = stageOf(m, ly, rank), layers = sum(chunks), first = rank === 0, last = rank === ly.pp - 1;
     const b = ly.micro_batch, t = ly.tp, p = parts(m);
     let dense = layers * denseLayerParams(m) + (first ? p["embeddings"] : 0);
     if (last) dense += headParams(m) + (ly.pp > 1 && m.tied_embeddings ? m.vocab * m.hidden : 0);
@@ -196,7 +201,10 @@ Object.assign(theory, (function () {
     let inFlight;
     if (ly.pp === 1) inFlight = layers;
     else if (ly.virtual === 1) inFlight = Math.min(mbs, ly.pp - rank) * layers;
-    else inFlight = Math.min(mbs * ly.virtual, 2 * (ly.pp - rank - 1) + (ly.virtual - 1) * ly.pp + 1) * chunk;
+    else {
+      const forwards = Math.min(mbs * ly.virtual, 2 * (ly.pp - rank - 1) + (ly.virtual - 1) * ly.pp + 1);
+      inFlight = warmUpLayers(chunks, ly.pp, forwards);
+    }
     memory["activations"] = act * inFlight;
     if (ly.recompute === "full") {
       memory["recomputed layer"] = layerActivationBytes(m, b, t, ly.cp, ly.sp, ly.flash, "none", ly.whole_inputs);

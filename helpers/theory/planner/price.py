@@ -103,19 +103,30 @@ def _link(cluster: Cluster, stride: int, size: int) -> tuple[float, float]:
     return cluster.inter_latency_s, 1.0 / min(cluster.intra_bandwidth, per_node * cluster.inter_bandwidth)
 
 
-def _stage(model: Model, layout: Layout, rank: int) -> tuple[int, int]:
-    """(layers, largest chunk's layers) of pipeline GPU ``rank``: the layers cut into pp x virtual
+def _stage(model: Model, layout: Layout, rank: int) -> list[int]:
+    """The layers of each chunk pipeline GPU ``rank`` holds: the layers cut into pp x virtual
     chunks, the first ones a layer longer when they do not divide (``segment_bounds``); GPU r
     holds chunks r, r + pp, ..."""
     sizes = [b - a for a, b in _memo(("bounds", model.layers, layout.pp * layout.virtual),
                                      lambda: segment_bounds(model.layers, layout.pp * layout.virtual))]
-    mine = sizes[rank::layout.pp]
-    return sum(mine), max(mine)
+    return sizes[rank::layout.pp]
+
+
+def warm_up_layers(chunks: list[int], pp: int, forwards: int) -> int:
+    """Layers whose activations the first ``forwards`` chunk forwards of Megatron's interleaved
+    schedule leave on one GPU, ``chunks`` its chunks' layers: micro-batches pass its chunks in
+    groups of pp (forward j runs chunk (j // pp) mod virtual). With equal chunks of L / (pp v)
+    layers and the whole warm-up, pp v + pp - 1 forwards, that is Korthikanti et al.'s
+    L (1 + (pp - 1) / (pp v)) (section 4.2.3)."""
+    cycles, left = divmod(forwards, pp * len(chunks))
+    full, part = divmod(left, pp)
+    return cycles * pp * sum(chunks) + pp * sum(chunks[:full]) + part * chunks[full]
 
 
 def _device(model, cluster, ly, rank, mbs):
     """Memory (by kind) and per-micro-batch compute seconds (forward, backward) of pipeline GPU ``rank``."""
-    layers, chunk = _stage(model, ly, rank)
+    chunks = _stage(model, ly, rank)
+    layers = sum(chunks)
     first, last = rank == 0, rank == ly.pp - 1
     b, t = ly.micro_batch, ly.tp
     dense = layers * model.dense_layer_params() + (model.embedding_params() if first else 0)
@@ -136,8 +147,9 @@ def _device(model, cluster, ly, rank, mbs):
         in_flight = layers
     elif ly.virtual == 1:
         in_flight = min(mbs, ly.pp - rank) * layers
-    else:  # Megatron's warm-up: 2 (pp - rank - 1) + (virtual - 1) pp chunks, and one more
-        in_flight = min(mbs * ly.virtual, 2 * (ly.pp - rank - 1) + (ly.virtual - 1) * ly.pp + 1) * chunk
+    else:  # Megatron's warm-up: 2 (pp - rank - 1) + (virtual - 1) pp chunk forwards, and one more
+        forwards = min(mbs * ly.virtual, 2 * (ly.pp - rank - 1) + (ly.virtual - 1) * ly.pp + 1)
+        in_flight = warm_up_layers(chunks, ly.pp, forwards)
     memory["activations"] = act * in_flight
     if ly.recompute == "full":  # one layer at a time holds all of its activations again
         memory["recomputed layer"] = model.layer_activation_bytes(b, t, ly.cp, ly.sp, ly.flash, "none",
