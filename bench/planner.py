@@ -1,10 +1,12 @@
-"""The planner of chapter 8.5 against Narayanan et al. 2021, Table 1 (issue 28), row by row.
+"""The planner of chapter 8.5 against published runs: Narayanan et al. 2021, Table 1 (issues 28, 41),
+row by row, and Llama 3 405B's Table 4 (issue 35).
 
 Pure arithmetic, no run: every row's published layout priced (memory, teraFLOP/s per GPU) and
 ranked among the meshes the planner finds with Megatron-LM 2021's options; the errors beside a
-baseline's and the rank correlation; the range of matmul efficiencies over which every row passes; and, unchecked by any run, what the planner picks
-for each row with today's options (ZeRO, selective or no recomputation, flash attention, sequence
-and context parallelism, overlapped reductions).
+baseline's and the rank correlation; the range of matmul efficiencies over which every row passes;
+what the planner picks for each row with today's options (ZeRO, selective or no recomputation,
+flash attention, sequence and context parallelism, overlapped reductions), which no run has
+checked; and Llama 3's three layouts against the planner's search.
 
 Writes bench/results/planner.md and prints it.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import report
 from helpers.analysis import planner as analysis
-from helpers.theory.planner import plan, published
+from helpers.theory.planner import llama3, plan, published
 
 
 def today(row) -> str:
@@ -42,7 +44,14 @@ def main() -> None:
              else "No matmul efficiency in 0.40-0.80 passes every row.", "",
              "| model | today's best mesh | ZeRO | recompute | micro-batch, chunks | memory GiB "
              "| 2021 step / this step | eq. 3 TFLOP/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
-             *[today(row) for row in published.TABLE_1]]
+             *[today(row) for row in published.TABLE_1], "",
+             "Llama 3 405B, Dubey et al. 2024, Table 4 (issue 35; `theory.planner.llama3` states what is assumed):",
+             "", "| GPUs | (dp, tp, pp, cp) | sequence | published TFLOP/s | predicted | memory GiB | fits | v "
+             "| rank | planner's best (dp, tp, pp, cp, ep) | published / best step |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+             *[f"| {r.gpus} | {r.mesh} | {r.seq} | {r.published_tflops:g} | {r.predicted_tflops:.0f} "
+               f"| {r.memory_gib:.1f} | {'yes' if r.fits else 'NO'} | {r.virtual} | {r.rank or '-'} | {r.best_mesh} "
+               f"| {1 + r.slower_than_best:.3f} |" for r in llama3.compare()]]
     print(report.write("planner", lines))
 
 

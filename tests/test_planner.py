@@ -10,7 +10,7 @@ import pytest
 from helpers import theory
 from helpers.theory import planner
 from helpers.analysis import planner as analysis
-from helpers.theory.planner import Cluster, Layout, Model, check, plan, price, published
+from helpers.theory.planner import Cluster, Layout, Model, check, llama3, plan, price, published
 from helpers.theory.planner.price import stage_memory, warm_up_layers
 
 GPT_1T = published.model_of(published.TABLE_1[-1])
@@ -230,6 +230,15 @@ def test_table_1_as_transcribed_is_self_consistent():
     for row in published.TABLE_1:
         assert round(100 * row[8] / 312) == pytest.approx(row[9], abs=1)
         assert row[6] % (row[4] * row[5]) == 0 and row[7] % (row[6] // (row[4] * row[5])) == 0
+
+
+def test_llama_3s_table_4_as_transcribed_is_self_consistent():
+    """Each row's GPUs are tp x cp x pp x dp, its batch 16M tokens (2^24), its MFU its TFLOP/s over the
+    H100's 989 within a point; and the model is Table 3's 405B."""
+    for gpus, tp, cp, pp, dp, seq, per_replica, tflops, mfu in llama3.TABLE_4:
+        assert gpus == tp * cp * pp * dp and dp * per_replica * seq == 2 ** 24
+        assert abs(100 * tflops / 989 - mfu) <= 1
+    assert 405e9 < llama3.MODEL_405B.params() < 406e9
 
 
 def test_the_model_misses_what_grows_with_size_and_says_so(table):

@@ -1,0 +1,102 @@
+"""Llama 3 405B (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv 2407.21783): the model of
+its Table 3 and the three layouts of its Table 4, trained on Meta's H100s. Issue 35 sets the planner
+beside published runs of 100B-plus models; this is the first of them after Narayanan et al.'s
+Table 1 (``published``), and ``bench/planner.py`` prints where the planner stands on it.
+
+From the paper: 126 layers, model dimension 16,384, FFN dimension 53,248 (SwiGLU), 128 attention
+heads, 8 key/value heads, RMSNorm, no tied embeddings, rotary positions, vocabulary 128K (128,256 in
+the released config); H100 80 GB HBM3, 8 a server on NVLink, RoCE at 400 Gb/s a GPU (section 3.3.1);
+BF16; FSDP sharding the optimizer states and gradients, not the parameters after the forward
+(section 3.3.2: ZeRO-2 here); Table 4's rows as ``TABLE_4`` says.
+
+Not given, and assumed here: peak 989 TFLOP/s dense BF16 (NVIDIA's H100 SXM datasheet), NVLink 4
+at 450 GB/s a direction (its 900 GB/s both ways), 50 GB/s a direction across nodes (400 Gb/s),
+Selene's latencies and 2 GiB reserved (``published``), flash attention and sequence parallelism
+beside TP (Megatron's), one sequence a micro-batch, no recomputation, reductions that overlap, and
+the efficiencies fitted on Table 1's A100 runs (``published``), which an H100 need not share.
+"Predicted TFLOP/s" counts the planner's model FLOPs (``Model.training_flops``): the paper does not
+say how it counts its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from . import published
+from .cluster import Cluster
+from .model import Layout, Model
+from .plan import plan, rank_of
+from .price import Priced, check, price
+
+GiB = 2 ** 30
+MODEL_405B = Model(layers=126, hidden=16384, heads=128, seq=8192, vocab=128256, kv_heads=8, mlp_hidden=53248,
+                   gated=True, tied_embeddings=False, learned_positions=False, biases=False)
+# Table 4: (GPUs, TP, CP, PP, DP, sequence length, sequences per DP replica a batch, TFLOP/s per GPU,
+# BF16 MFU as the paper states it, %)
+TABLE_4 = (
+    (8192, 8, 1, 16, 64, 8192, 32, 430, 43),
+    (16384, 8, 1, 16, 128, 8192, 16, 400, 41),
+    (16384, 8, 16, 16, 8, 131072, 16, 380, 38),
+)
+CHUNKS = (1, 2, 3, 6, 7, 9)  # 126 layers over 16 stages: the chunk counts Megatron's check allows (pp x v <= 126)
+
+
+def h100s(gpus: int) -> Cluster:
+    """``gpus`` H100 80 GB, 8 a node, with the values the module's docstring states."""
+    return Cluster(gpus=gpus, gpus_per_node=8, memory_bytes=80 * GiB, peak_flops=989e12, intra_bandwidth=450e9,
+                   inter_bandwidth=50e9, intra_latency_s=5e-6, inter_latency_s=10e-6,
+                   efficiency=published.MATMUL_EFFICIENCY, reserved_bytes=2 * GiB,
+                   attention_efficiency=published.ATTENTION_EFFICIENCY)
+
+
+def model_of(row) -> Model:
+    return replace(MODEL_405B, seq=row[5])
+
+
+def published_layout(row, model: Model, cluster: Cluster) -> Priced | None:
+    """The row's (tp, cp, pp, dp) with ZeRO-2 and no recomputation, at its fastest chunk count;
+    one that fits first, if any does."""
+    gpus, tp, cp, pp, dp = row[:5]
+    best = None
+    for v in CHUNKS:
+        ly = Layout(dp, tp, pp, cp, 1, 2, "none", 1, v, True, True, True)
+        if check(model, cluster, ly, dp * row[6] * row[5]):
+            continue
+        priced = price(model, cluster, ly, dp * row[6] * row[5])
+        if best is None or (priced.fits, -priced.step_s) > (best.fits, -best.step_s):
+            best = priced
+    return best
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of Table 4 against the planner."""
+
+    gpus: int
+    mesh: tuple              # (dp, tp, pp, cp)
+    seq: int
+    published_tflops: float
+    predicted_tflops: float
+    memory_gib: float
+    fits: bool
+    virtual: int
+    rank: int | None         # the published mesh's place among the planner's meshes that fit
+    best_mesh: tuple         # the planner's first (dp, tp, pp, cp, ep)
+    slower_than_best: float  # the published layout's predicted step / the best's - 1
+    why_not: str
+
+
+def compare(rows=TABLE_4, cp=(1, 2, 4, 8, 16)) -> list[Run]:
+    """Each row priced at its published layout and ranked among what the planner finds (today's
+    options; ``cp`` the context-parallel degrees it may try)."""
+    out = []
+    for row in rows:
+        model, cluster = model_of(row), h100s(row[0])
+        mine, tokens = published_layout(row, model, cluster), row[4] * row[6] * row[5]
+        ranked = plan(model, cluster, tokens, cp=cp, virtual=CHUNKS)
+        predicted = tokens / row[5] * model.training_flops("none") / (row[0] * mine.step_s) / 1e12
+        ly = mine.layout
+        out.append(Run(row[0], (ly.dp, ly.tp, ly.pp, ly.cp), row[5], row[7], predicted, mine.memory_bytes / GiB,
+                       mine.fits, ly.virtual, rank_of(ranked, ly.mesh()),
+                       ranked[0].layout.mesh() if ranked else (),
+                       mine.step_s / ranked[0].step_s - 1 if ranked else float("inf"), mine.why_not))
+    return out
