@@ -7,10 +7,11 @@ last the output layer; both are priced and the worse taken):
     slot = compute + tensor-parallel + context-parallel + expert-parallel time of one micro-batch
     bubble = (pp - 1) / virtual x slot          (1F1B; interleaved with ``virtual`` chunks)
 
-Compute is executed FLOPs (recomputation included) at ``cluster.efficiency`` x peak. Collectives
-are the ring models of chapters 4.2 and 6.2 (``theory.sharding.collective_time``): tensor
-parallelism's 4 all-reduces a layer and micro-batch (6 with full recomputation; sequence
-parallelism's reduce-scatter + all-gather cost the same) are never hidden (Narayanan et al. 2021,
+Compute is executed FLOPs (recomputation included) at ``cluster.efficiency`` x peak, the attention
+core at ``Cluster.attention`` where its scores are materialized. Collectives are the ring models of
+chapters 4.2 and 6.2 (``theory.sharding.collective_time``): tensor parallelism's 4 all-reduces a
+layer and micro-batch (6 with full recomputation; sequence parallelism's reduce-scatter +
+all-gather cost the same) are never hidden (Narayanan et al. 2021,
 section 3.2); data parallelism's reductions hide behind the last micro-batch's backward when
 ``layout.overlap``; ZeRO-2 reduce-scatters and ZeRO-3 gathers every micro-batch (6.2's
 collectives). Memory is ZeRO's states (6.2's ``sharded_state_bytes`` for the model's optimizer and
