@@ -18,5 +18,5 @@ holds Narayanan et al. 2021's Table 1 and the cluster it ran on, to check the pl
 """
 from .cluster import Cluster, machine_cluster  # noqa: F401
 from .model import RECOMPUTE, VALUE_BYTES, Layout, Model  # noqa: F401
-from .plan import divisors, plan, rank_of  # noqa: F401
+from .plan import divisors, fastest, plan, rank_of  # noqa: F401
 from .price import TIME_PARTS, Priced, check, price, stage_memory  # noqa: F401

@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from . import published
 from .cluster import Cluster
 from .model import Layout, Model
-from .plan import plan, rank_of
-from .price import Priced, check, price
+from .plan import fastest, plan, rank_of
+from .price import Priced
 
 GiB = 2 ** 30
 MODEL_405B = Model(layers=126, hidden=16384, heads=128, seq=8192, vocab=128256, kv_heads=8, mlp_hidden=53248,
@@ -56,15 +56,8 @@ def published_layout(row, model: Model, cluster: Cluster) -> Priced | None:
     """The row's (tp, cp, pp, dp) with ZeRO-2 and no recomputation, at its fastest chunk count;
     one that fits first, if any does."""
     gpus, tp, cp, pp, dp = row[:5]
-    best = None
-    for v in CHUNKS:
-        ly = Layout(dp, tp, pp, cp, 1, 2, "none", 1, v, True, True, True)
-        if check(model, cluster, ly, dp * row[6] * row[5]):
-            continue
-        priced = price(model, cluster, ly, dp * row[6] * row[5])
-        if best is None or (priced.fits, -priced.step_s) > (best.fits, -best.step_s):
-            best = priced
-    return best
+    return fastest(model, cluster, (Layout(dp, tp, pp, cp, 1, 2, "none", 1, v, True, True, True) for v in CHUNKS),
+                   dp * row[6] * row[5])
 
 
 @dataclass(frozen=True)

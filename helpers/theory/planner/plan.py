@@ -85,6 +85,20 @@ def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp,
     return best
 
 
+def fastest(model: Model, cluster: Cluster, layouts, global_batch_tokens: int) -> Priced | None:
+    """Of ``layouts``, the fastest that fits, or the fastest if none fits (the first on a tie);
+    those that do not divide are skipped. How a published layout is priced when its paper leaves
+    out a setting (the micro-batch, the chunk count): at the best of the values it allows."""
+    best = None
+    for ly in layouts:
+        if check(model, cluster, ly, global_batch_tokens):
+            continue
+        priced = price(model, cluster, ly, global_batch_tokens)
+        if best is None or (priced.fits, -priced.step_s) > (best.fits, -best.step_s):
+            best = priced
+    return best
+
+
 def rank_of(ranked: list[Priced], mesh: tuple) -> int | None:
     """1-based place of ``mesh`` (dp, tp, pp, cp, ep) in a ranking, or None if it is not there."""
     for i, p in enumerate(ranked, 1):

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from .cluster import Cluster
 from .model import Layout, Model
-from .plan import plan, rank_of
-from .price import Priced, check, price
+from .plan import fastest, plan, rank_of
+from .price import Priced
 
 MATMUL_EFFICIENCY, ATTENTION_EFFICIENCY = 0.62, 0.14  # fit_efficiencies(FIT_ROWS), on a 0.01 grid
 PEAK_FLOPS = 312e12
@@ -82,16 +82,8 @@ def equation_3_flops(model: Model, batch: int) -> float:
 def published_layout(row, model: Model, cluster: Cluster) -> Priced:
     """The row's (t, p, d) as Megatron-LM 2021 ran it, at its fastest micro-batch and chunking."""
     tp, pp, gpus, batch = row[4:8]
-    best = None
-    for b in MICRO_BATCHES:
-        for v in (CHUNKS if pp > 1 else (1,)):
-            ly = Layout(gpus // (tp * pp), tp, pp, 1, 1, 0, "full", b, v, False, False, False)
-            if check(model, cluster, ly, batch * SEQ):
-                continue
-            priced = price(model, cluster, ly, batch * SEQ)
-            if best is None or (priced.fits, -priced.step_s) > (best.fits, -best.step_s):
-                best = priced
-    return best
+    return fastest(model, cluster, (Layout(gpus // (tp * pp), tp, pp, 1, 1, 0, "full", b, v, False, False, False)
+                                    for b in MICRO_BATCHES for v in (CHUNKS if pp > 1 else (1,))), batch * SEQ)
 
 
 @dataclass(frozen=True)
