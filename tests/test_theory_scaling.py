@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import helpers
-from helpers import data, theory, training
+from helpers import analysis, data, theory, training
 from helpers.recipes import collectives, scaling
 
 
@@ -173,7 +173,34 @@ def test_allreduce_sweep_in_two_processes():
                             sizes=[4096, 2**20], min_repeats=3, max_repeats=5, copy_bytes=2**20)
     assert r0["sizes"] == [4096, 2**20] and r0["repeats"] == [5, 5]
     assert all(s > 0 for s in r0["seconds"]) and r0["seconds"] == r1["seconds"]  # the max over ranks
+    assert [len(t) for t in r0["times"]] == [5, 5] and r0["seconds"][1] == pytest.approx(np.median(r0["times"][1]))
     assert r0["copy_bw"] > 0 and math.isnan(r1["copy_bw"])
+
+
+def _sweep(sizes, times):
+    return {"sizes": sizes, "times": times, "seconds": [float(np.median(t)) for t in times],
+            "repeats": [len(t) for t in times]}
+
+
+def test_a_bent_sweep_is_pooled_with_more_until_its_line_clears_and_no_further():
+    """4.2's top-up: a slow spell that doubled the 64 MB size's time in one sweep bends the line; pooled
+    with quiet sweeps, the medians return to the line, and a sweep that already clears is not topped up."""
+    sizes = [4096 * 2**k for k in range(15)]
+    line = [20e-6 + s / 3e9 for s in sizes]
+    quiet = _sweep(sizes, [[t * f for f in (0.99, 1.0, 1.01)] for t in line])
+    bent = _sweep(sizes, [[t * f for f in (0.99, 1.0, 1.01)] for t in line[:-1]] + [[2.0 * line[-1]] * 3])
+    calls = []
+    more = lambda: calls.append(1) or quiet  # noqa: E731
+    assert analysis.fit_allreduce(sizes, bent["seconds"]).r2 < 0.98
+    fit, sweep = analysis.fit_until_clear(bent, more, least_r2=0.98, cap=3)
+    assert fit.r2 >= 0.98 and sweep["sweeps"] == 3 == len(calls) + 1  # 3 quiet against 3 bent: the tie is broken
+    assert sweep["repeats"] == [9] * 15 and sweep["seconds"][0] == pytest.approx(line[0])
+    fit, sweep = analysis.fit_until_clear(quiet, more, least_r2=0.98, cap=3)
+    assert sweep["sweeps"] == 1 and len(calls) == 2 and fit.r2 > 0.999
+    _, sweep = analysis.fit_until_clear(bent, lambda: bent, least_r2=0.98, cap=2)  # the cap holds
+    assert sweep["sweeps"] == 2
+    with pytest.raises(ValueError, match="same sizes"):
+        analysis.pooled(quiet, _sweep(sizes[:3], quiet["times"][:3]))
 
 
 def test_scaling_sweep_times_every_p_in_one_job():

@@ -13,7 +13,7 @@ from .scaling import (  # noqa: F401
     ScalingRuns, ratio_spread, paired_ratios, contention_slowdown,
 )
 from .communication import (  # noqa: F401
-    allreduce_table, AllreduceFit, fit_allreduce, ddp_step_predictions, split_calls,
+    allreduce_table, AllreduceFit, fit_allreduce, pooled, fit_until_clear, ddp_step_predictions, split_calls,
 )
 from .runs import (  # noqa: F401
     assemble, replica_mean_losses, max_abs_diff, ddp_throughput, slowest_rank_seconds, same_state, ran_on,

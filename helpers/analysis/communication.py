@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import theory
+from ..training import median
 
 # --- Chapter 4.2: the all_reduce fit ---------------------------------------------------
 
@@ -69,6 +70,28 @@ def fit_allreduce(sizes, seconds) -> AllreduceFit:
     even = np.arange(len(m)) % 2 == 0
     used = lat | bw & even
     return AllreduceFit(m, t, theory.fit_alpha_beta(m[used], t[used]), lat, bw, used, bw & ~even)
+
+
+def pooled(a: dict, b: dict) -> dict:
+    """Two ``collectives.allreduce_sweep`` results of the same sizes as one sweep: every repetition of
+    both (``times``), each size's median over them (``seconds``), and how many sweeps (``sweeps``)."""
+    if a["sizes"] != b["sizes"]:
+        raise ValueError(f"pooled needs two sweeps of the same sizes, got {a['sizes']} and {b['sizes']}")
+    times = [x + y for x, y in zip(a["times"], b["times"])]
+    return {**a, "times": times, "seconds": [median(t) for t in times],
+            "repeats": [len(t) for t in times], "sweeps": a.get("sweeps", 1) + b.get("sweeps", 1)}
+
+
+def fit_until_clear(sweep: dict, more, *, least_r2: float, cap: int) -> tuple[AllreduceFit, dict]:
+    """``fit_allreduce`` on ``sweep``, pooled with ``more()`` (one more sweep, measured the same way)
+    until the fit's R^2 over the bandwidth-bound sizes reaches ``least_r2`` or ``cap`` sweeps are in.
+    A slow spell of the machine that bends one sweep's line weighs less in the medians of more
+    repetitions; the line a quiet machine draws is not moved by them. Returns (the fit, the pooled sweep)."""
+    fit = fit_allreduce(sweep["sizes"], sweep["seconds"])
+    while fit.r2 < least_r2 and sweep.get("sweeps", 1) < cap:
+        sweep = pooled(sweep, more())
+        fit = fit_allreduce(sweep["sizes"], sweep["seconds"])
+    return fit, {"sweeps": 1, **sweep}
 
 
 def ddp_step_predictions(runs: list[dict], fit: theory.AlphaBetaFit) -> list[dict]:

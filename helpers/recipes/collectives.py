@@ -83,7 +83,8 @@ def allreduce_sweep(sizes: list[int] = SIZES, budget_bytes: int = 1024 * MB, min
 
     Each size is timed ``repeats_for(size, budget_bytes, min_repeats, max_repeats)`` times,
     the sizes taken in turn. Returns ``sizes``, ``seconds`` (median of the per-repetition maximum over ranks),
-    ``spread`` (the interquartile range, same units), and ``copy_bw`` (bytes/s on rank 0's device:
+    ``spread`` (the interquartile range, same units), ``times`` (each size's repetitions, that maximum),
+    and ``copy_bw`` (bytes/s on rank 0's device:
     one core, or its GPU; measured while the others wait).
     """
     with distributed() as ctx:
@@ -128,7 +129,7 @@ def sweeps(ctx, ops: tuple[str, ...], sizes: list[int] = SIZES, budget_bytes: in
         report(r + 1, rounds)
     out = {}
     for op in ops:
-        seconds, spread = [], []
+        seconds, spread, every = [], [], []
         for times in mine[op]:
             slowest = torch.tensor(times, dtype=torch.float64, device=ctx.device)  # NCCL reduces GPU tensors only
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # the collective ends with its slowest rank
@@ -136,7 +137,8 @@ def sweeps(ctx, ops: tuple[str, ...], sizes: list[int] = SIZES, budget_bytes: in
             q1, med, q3 = torch.quantile(slowest, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
             seconds.append(med.item())
             spread.append((q3 - q1).item())
-        out[op] = {"seconds": seconds, "spread": spread}
+            every.append(slowest.tolist())
+        out[op] = {"seconds": seconds, "spread": spread, "times": every}
     del tensors, outs
     copy_bw = copy_bandwidth(copy_bytes, device=ctx.device) if ctx.is_main else float("nan")
     dist.barrier()

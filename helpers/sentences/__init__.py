@@ -19,7 +19,7 @@ from .beyond_the_article import (  # noqa: F401
     cluster, elastic, hangs, pipeline_schedules, sharding, sharding_probe, tensor_parallel,
 )
 from .common import load_said, margin_said  # noqa: F401
-from .scaling import communication, fit_bounds, prediction, speedup  # noqa: F401
+from .scaling import communication, fit_bounds, prediction, speedup, sweeps_pooled  # noqa: F401
 from .transformers import attention_kernel, peak_said, transformer_bill  # noqa: F401
 from .transformers import sequence_context  # noqa: F401
 from .transformers import experts  # noqa: F401

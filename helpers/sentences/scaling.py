@@ -50,6 +50,16 @@ def fit_bounds(m: Machine, others: float = 0.0) -> str:
     return said
 
 
+def sweeps_pooled(sweep: dict) -> str:
+    """4.2's fit, said with what it rests on: one sweep, or the sweeps ``analysis.fit_until_clear`` pooled."""
+    lo, hi = min(sweep["repeats"]), max(sweep["repeats"])
+    if sweep.get("sweeps", 1) == 1:
+        return f"The fit rests on one sweep: {lo} to {hi} repetitions of each size."
+    return (f"The first sweep's line fell short of that R², so {sweep['sweeps'] - 1} more ran and the fit "
+            f"pools their repetitions, {lo} to {hi} of each size: a slow spell of the machine weighs less in the "
+            "median of more repetitions, and the line of a quiet machine does not move.")
+
+
 def communication(m: Machine) -> dict[str, str]:
     """4.2: its sweep's ranks are GPUs over NCCL where there are two, else CPU cores over gloo; the copy
     ceiling is measured on rank 0's device, and the ring model is gloo's algorithm, not NCCL's."""
