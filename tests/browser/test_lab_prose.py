@@ -3,6 +3,7 @@ not computed yet names the cell that computes it, and once a chapter has run, ev
 its prose is the reader's own, formatted as the web book formats the same run."""
 import json
 import re
+import urllib.request
 
 from conftest import ROOT, screenshot
 from lab_kit import (assert_the_run_is_in_the_prose, lab, read_prose, refs, run_notebook,  # noqa: F401
@@ -16,8 +17,8 @@ RAW_MYST = re.compile(r"\{[a-z][\w:-]*\}`|```\s*\{|:::\s*\{")
 
 
 def _open(browser, notebook: str | None) -> None:
-    """Open a notebook in the running JupyterLab page, closing (and shutting down) the one before;
-    None: close them all."""
+    """Open a notebook in the running JupyterLab page without a kernel (the prose before a run needs
+    none, and 23 kernels cost CI a minute of its two cores), closing the one before; None: close them all."""
     browser.set_script_timeout(120)
     error = browser.execute_async_script("""
         const [path, done] = [arguments[0], arguments[arguments.length - 1]];
@@ -29,7 +30,8 @@ def _open(browser, notebook: str | None) -> None:
             w.dispose();
           }
           if (path === null) return;
-          const w = await app.commands.execute('docmanager:open', {path, factory: 'Notebook'});
+          const w = await app.commands.execute('docmanager:open', {path, factory: 'Notebook',
+                                                                  kernelPreference: {shouldStart: false, shouldReuse: false}});
           await w.context.ready;
         })().then(() => done(null), e => done(String(e)));""", notebook and f"notebooks/{notebook}")
     assert error is None, f"{notebook} did not open in JupyterLab: {error}"
@@ -57,6 +59,8 @@ def test_every_chapter_renders_its_myst_and_names_the_cell_behind_each_value(bro
             screenshot(browser, "jupyterlab_prose_before_a_run")
     _open(browser, None)
     assert not problems, "\n".join(problems)
+    kernels = json.load(urllib.request.urlopen(f"{lab['url']}/api/kernels?token={lab['token']}", timeout=30))
+    assert kernels == [], kernels  # the prose rendered with no kernel behind it
     # make lab's settings (book/_lab/overrides.json): JupyterLab asks nothing of a new reader
     assert "Jupyter news" not in browser.find_element(By.TAG_NAME, "body").text
 
