@@ -1,5 +1,5 @@
 """The planner of chapter 8.5 against published runs: Narayanan et al. 2021, Table 1 (issues 28, 41),
-row by row, and Llama 3 405B's Table 4 (issue 35).
+row by row, Llama 3 405B's Table 4, MT-NLG 530B and BLOOM 176B (issue 35).
 
 Pure arithmetic, no run: every row's published layout priced (memory, teraFLOP/s per GPU) and
 ranked among the meshes the planner finds with Megatron-LM 2021's options; the errors beside a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import report
 from helpers.analysis import planner as analysis
-from helpers.theory.planner import llama3, plan, published
+from helpers.theory.planner import a100_runs, llama3, plan, published
 
 
 def today(row) -> str:
@@ -51,7 +51,16 @@ def main() -> None:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
              *[f"| {r.gpus} | {r.mesh} | {r.seq} | {r.published_tflops:g} | {r.predicted_tflops:.0f} "
                f"| {r.memory_gib:.1f} | {'yes' if r.fits else 'NO'} | {r.virtual} | {r.rank or '-'} | {r.best_mesh} "
-               f"| {1 + r.slower_than_best:.3f} |" for r in llama3.compare()]]
+               f"| {1 + r.slower_than_best:.3f} |" for r in llama3.compare()], "",
+             "MT-NLG 530B (Smith et al. 2022) and BLOOM 176B (BigScience 2022), on A100s (issue 35; "
+             "`theory.planner.a100_runs` states what is assumed), TFLOP/s by equation 3:", "",
+             "| run | GPUs | (dp, tp, pp, cp) | published TFLOP/s | predicted | error | memory GiB | fits | rank "
+             "| planner's best (dp, tp, pp, cp, ep) | published / best step |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+             *[f"| {run[0]} | {r.gpus} | {r.mesh} | {r.published_tflops:g} | {r.predicted_tflops:.0f} "
+               f"| {r.predicted_tflops / r.published_tflops - 1:+.1%} | {r.memory_gib:.1f} | {'yes' if r.fits else 'NO'} "
+               f"| {r.rank or '-'} | {r.best_mesh} | {1 + r.slower_than_best:.3f} |"
+               for run, r in zip(a100_runs.RUNS, a100_runs.compare())]]
     print(report.write("planner", lines))
 
 

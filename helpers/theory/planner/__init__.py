@@ -14,7 +14,8 @@ compute, bubble, tp, cp, ep, pp, dp), whether it fits and why not. A layout that
 It composes what earlier chapters wrote: ZeRO's states and the ring collectives of
 ``theory.sharding`` (6.2, 4.2), ``segment_bounds`` for uneven stages, 6.1's bubble. ``published``
 holds Narayanan et al. 2021's Table 1 and the cluster it ran on, to check the planner against;
-``llama3`` Llama 3 405B's Table 4 (Dubey et al. 2024) and Meta's H100s.
+``llama3`` Llama 3 405B's Table 4 (Dubey et al. 2024) and Meta's H100s; ``a100_runs`` MT-NLG 530B
+(Smith et al. 2022) at three sizes of Selene and BLOOM 176B on Jean Zay.
 """
 from .cluster import Cluster, machine_cluster  # noqa: F401
 from .model import RECOMPUTE, VALUE_BYTES, Layout, Model  # noqa: F401
