@@ -10,7 +10,9 @@ tensor slicing) on Selene's DGX A100 nodes; on 280, 350 and 420 nodes an iterati
 50.2 and 44.4 s, which the paper gives as 126, 121 and 113 teraFLOP/s per GPU. Equation 3 of
 Narayanan et al. (full recomputation counted) reproduces those from the times within 0.5%, so
 that is the FLOP convention, and full recomputation is what ran. The vocabulary is GPT-2's,
-padded as Megatron pads it (``published.VOCAB``); Selene is ``published.selene``.
+padded as Megatron pads it (``published.VOCAB``); dropout, as Megatron-LM's GPT trained then
+(Table 1's model too: without its masks no recomputation would fit); no ZeRO (assumed: DeepSpeed
+offered ZeRO-1, which would only free memory here); Selene is ``published.selene``.
 
 BLOOM (BigScience 2022, arXiv 2211.05100; the released launch script
 ``bigscience/train/tr11-176B-ml/tr11-176B-ml.slurm``): 70 layers, hidden 14,336, 112 heads,
@@ -67,8 +69,8 @@ def cluster_of(run) -> Cluster:
 
 
 def published_layout(run, model: Model, cluster: Cluster):
-    """The run's (dp, tp, pp) with full recomputation, ZeRO-1 where it ran (BLOOM) and none where the
-    paper names none (MT-NLG), at its micro-batch, or its fastest where the paper gives none."""
+    """The run's (dp, tp, pp) with full recomputation, ZeRO-1 where it ran (BLOOM) and none where it is
+    assumed (MT-NLG), at its micro-batch, or its fastest where the paper gives none."""
     _, gpus, tp, pp, dp, batch, micro = run[:7]
     zero = 1 if run[0].startswith("BLOOM") else 0
     sizes = (micro,) if micro else published.MICRO_BATCHES
