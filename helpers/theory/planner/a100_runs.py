@@ -11,9 +11,9 @@ tensor slicing) on Selene's DGX A100 nodes; on 280, 350 and 420 nodes an iterati
 Narayanan et al. (full recomputation counted) reproduces those from the times within 0.5%, so
 that is the FLOP convention, and full recomputation is what ran. The vocabulary is GPT-2's,
 padded as Megatron pads it (``published.VOCAB``); dropout, as Megatron-LM's GPT trained then
-(Table 1's model too; without its masks the planner would fit the mesh with no recomputation at all);
-no ZeRO (assumed: DeepSpeed
-offered ZeRO-1, which would only free memory here); Selene is ``published.selene``.
+(Table 1's model too; without its masks the planner would fit the mesh with no recomputation
+at all); no ZeRO (assumed: DeepSpeed offered ZeRO-1, which would only free memory here); Selene
+is ``published.selene``.
 
 BLOOM (BigScience 2022, arXiv 2211.05100; the released launch script
 ``bigscience/train/tr11-176B-ml/tr11-176B-ml.slurm``): 70 layers, hidden 14,336, 112 heads,
