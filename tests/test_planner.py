@@ -11,7 +11,7 @@ from helpers import theory
 from helpers.theory import planner
 from helpers.analysis import planner as analysis
 from helpers.theory.planner import Cluster, Layout, Model, check, llama3, plan, price, published
-from helpers.theory.planner.price import stage_memory, warm_up_layers
+from helpers.theory.planner.price import chunk_layers, stage_memory, warm_up_layers
 
 GPT_1T = published.model_of(published.TABLE_1[-1])
 
@@ -215,6 +215,20 @@ def test_the_interleaved_warm_up_holds_korthikantis_layers_and_uneven_chunks_as_
     model = Model(layers=126, hidden=1024, heads=8, seq=512, vocab=1000)
     first = stage_memory(model, a100s(16), Layout(dp=1, pp=16, virtual=7), 32 * 512)[0]
     assert first["activations"] == (31 * 2 + 96 * 1) * model.layer_activation_bytes(1, 1, 1, False, True)
+
+
+def test_the_embedding_and_the_head_in_chunks_of_their_own_take_a_layer_off_the_end_stages():
+    """Llama 3 405B (Dubey et al. 2024, 3.3.2): 126 layers at pp 16 x v 8, the first chunk only the embedding
+    and the last only the output layer, so the first and the last GPU hold one layer fewer than the others.
+    Without the end chunks, 16 x 8 chunks would be more than the 126 layers."""
+    model = Model(layers=126, hidden=1024, heads=8, seq=512, vocab=1000)
+    ends, v7 = Layout(dp=1, pp=16, virtual=8, end_chunks=True), Layout(dp=1, pp=16, virtual=7)
+    assert [sum(chunk_layers(model, ends, r)) for r in range(16)] == [7] + [8] * 14 + [7]
+    assert chunk_layers(model, ends, 0)[0] == 0 == chunk_layers(model, ends, 15)[-1]
+    with_ends, without = ([s["parameters"] for s in stage_memory(model, a100s(16), ly, 32 * 512)] for ly in (ends, v7))
+    assert without[0] - with_ends[0] == with_ends[1] / 8  # one layer's weights off GPU 0, its embedding kept
+    assert "cannot fill 16 stages x 8 chunks" in check(model, a100s(16), Layout(dp=1, pp=16, virtual=8), 32 * 512)
+    assert "pp x virtual >= 3" in check(model, a100s(2), Layout(dp=1, pp=2, end_chunks=True), 32 * 512)
 
 
 def test_spearmans_rho_by_hand():

@@ -55,15 +55,16 @@ def _priced(p: planner.Priced) -> dict:
 
 
 def _layouts(gpus: int) -> list[Layout]:
-    """Every mesh of ``gpus`` from small degrees, at every setting; (sp, flash, overlap, whole_inputs) three ways."""
+    """Every mesh of ``gpus`` from small degrees, at every setting; (sp, flash, overlap, whole_inputs,
+    end_chunks) three ways."""
     out = []
     for dp, tp, pp, cp, ep in itertools.product((1, 2, 4), (1, 2), (1, 2, 3), (1, 2), (1, 2)):
         if dp * tp * pp * cp != gpus:
             continue
-        for zero, recompute, b, v, (sp, flash, overlap, whole) in itertools.product(
+        for zero, recompute, b, v, (sp, flash, overlap, whole, ends) in itertools.product(
                 (0, 1, 2, 3), planner.RECOMPUTE, (1, 2), (1, 2),
-                ((True, True, True, True), (True, False, False, False), (False, True, False, False))):
-            out.append(Layout(dp, tp, pp, cp, ep, zero, recompute, b, v, sp and tp > 1, flash, overlap, whole))
+                ((True, True, True, True, False), (True, False, False, False, True), (False, True, False, False, False))):
+            out.append(Layout(dp, tp, pp, cp, ep, zero, recompute, b, v, sp and tp > 1, flash, overlap, whole, ends))
     return out
 
 

@@ -122,7 +122,7 @@ Object.assign(theory, (function () {
   const attention = (c, flash) => flash || c.attention_efficiency === null ? c.efficiency : c.attention_efficiency;
   function plannerLayout(o) {
     return {tp: 1, pp: 1, cp: 1, ep: 1, zero: 0, recompute: "none", micro_batch: 1, virtual: 1, sp: false,
-            flash: true, overlap: true, whole_inputs: false, ...o};
+            flash: true, overlap: true, whole_inputs: false, end_chunks: false, ...o};
   }
   const gpusOf = ly => ly.dp * ly.tp * ly.pp * ly.cp;
   const meshOf = ly => [ly.dp, ly.tp, ly.pp, ly.cp, ly.ep];
@@ -152,8 +152,10 @@ Object.assign(theory, (function () {
       [m.mlp_hidden % ly.tp, `tp = ${ly.tp} does not divide the MLP's ${m.mlp_hidden}`],
       [sequences % (ly.dp * ly.micro_batch), `${sequences} sequences do not split into ${ly.dp} replicas ` +
                                              `x micro-batches of ${ly.micro_batch}`],
-      [ly.pp * ly.virtual > m.layers, `${m.layers} layers cannot fill ${ly.pp} stages x ${ly.virtual} chunks`],
+      [ly.pp * ly.virtual - (ly.end_chunks ? 2 : 0) > m.layers,
+       `${m.layers} layers cannot fill ${ly.pp} stages x ${ly.virtual} chunks` + (ly.end_chunks ? " less the two ends" : "")],
       [ly.virtual > 1 && ly.pp === 1, "interleaving (virtual > 1) needs a pipeline (pp > 1)"],
+      [ly.end_chunks && ly.pp * ly.virtual < 3, "end chunks need a chunk for the layers beside the two ends (pp x virtual >= 3)"],
       [m.seq % ly.cp, `cp = ${ly.cp} does not divide the sequence (${m.seq})`],
       [m.experts % ly.ep, `ep = ${ly.ep} does not divide ${m.experts} experts`],
       [(ly.dp * ly.cp) % ly.ep, `ep = ${ly.ep} does not divide the ${ly.dp * ly.cp} data-parallel GPUs`],
@@ -171,9 +173,12 @@ Object.assign(theory, (function () {
     const perNode = Math.max(1, div(c.gpus_per_node, stride));
     return [c.inter_latency_s, 1.0 / Math.min(c.intra_bandwidth, perNode * c.inter_bandwidth)];
   }
-  function stageOf(m, ly, rank) {  // the layers of each chunk pipeline GPU rank holds
-    const n = m.layers, segments = ly.pp * ly.virtual, mine = [];
-    for (let s = rank; s < segments; s += ly.pp) mine.push(div(n, segments) + (s < n % segments ? 1 : 0));
+  function stageOf(m, ly, rank) {  // the layers of each chunk pipeline GPU rank holds (price.chunk_layers)
+    const n = m.layers, ends = ly.end_chunks ? 1 : 0, segments = ly.pp * ly.virtual - 2 * ends, mine = [];
+    for (let s = rank; s < segments + 2 * ends; s += ly.pp) {
+      const i = s - ends;  // the chunk's place among those holding layers
+      mine.push(i < 0 || i >= segments ? 0 : div(n, segments) + (i < n % segments ? 1 : 0));
+    }
     return mine;
   }
   function warmUpLayers(chunks, pp, forwards) {  // price.warm_up_layers
@@ -244,7 +249,8 @@ Object.assign(theory, (function () {
     if (why) throw new Error(`layout (${meshOf(ly).join(", ")}) (dp, tp, pp, cp, ep): ${why}`);
     const s = m.seq, h = m.hidden, v = m.value_bytes, sequences = div(tokensPerBatch, s);
     const mbs = div(sequences, ly.dp * ly.micro_batch);
-    const devices = [...new Set([0, ly.pp - 1])].sort((a, b) => a - b).map(r => device(m, c, ly, r, mbs));
+    const fullest = [0, ly.pp - 1, ly.end_chunks ? 1 : 0];  // price's: first, last, the second with end chunks
+    const devices = [...new Set(fullest)].sort((a, b) => a - b).map(r => device(m, c, ly, r, mbs));
     const firstMax = key => devices.reduce((best, d) => (key(d) > key(best) ? d : best));
     const memory = firstMax(d => sum(Object.values(d[0])))[0];
     const layers = Math.max(...devices.map(d => d[3]));

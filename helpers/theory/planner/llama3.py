@@ -7,7 +7,9 @@ From the paper: 126 layers, model dimension 16,384, FFN dimension 53,248 (SwiGLU
 heads, 8 key/value heads, RMSNorm, no tied embeddings, rotary positions, vocabulary 128K (128,256 in
 the released config); H100 80 GB HBM3, 8 a server on NVLink, RoCE at 400 Gb/s a GPU (section 3.3.1);
 BF16; FSDP sharding the optimizer states and gradients, not the parameters after the forward
-(section 3.3.2: ZeRO-2 here); Table 4's rows as ``TABLE_4`` says.
+(section 3.3.2: ZeRO-2 here); the first stage's first chunk and the last stage's last holding only
+the embedding and only the output layer (section 3.3.2, to even the stages' memory:
+``Layout.end_chunks``); Table 4's rows as ``TABLE_4`` says.
 
 Not given, and assumed here: peak 989 TFLOP/s dense BF16 (NVIDIA's H100 SXM datasheet), NVLink 4
 at 450 GB/s a direction (its 900 GB/s both ways), 50 GB/s a direction across nodes (400 Gb/s),
@@ -37,7 +39,7 @@ TABLE_4 = (
     (16384, 8, 1, 16, 128, 8192, 16, 400, 41),
     (16384, 8, 16, 16, 8, 131072, 16, 380, 38),
 )
-CHUNKS = (1, 2, 3, 6, 7, 9)  # 126 layers over 16 stages: the chunk counts Megatron's check allows (pp x v <= 126)
+CHUNKS = (1, 2, 3, 6, 7, 8, 9)  # 126 layers over 16 stages: pp x v <= 126; 8 with the end chunks, a layer a chunk
 
 
 def h100s(gpus: int) -> Cluster:
@@ -53,11 +55,13 @@ def model_of(row) -> Model:
 
 
 def published_layout(row, model: Model, cluster: Cluster) -> Priced | None:
-    """The row's (tp, cp, pp, dp) with ZeRO-2 and no recomputation, at its fastest chunk count;
-    one that fits first, if any does."""
+    """The row's (tp, cp, pp, dp) with ZeRO-2, no recomputation and the embedding and head in chunks
+    of their own (section 3.3.2: one layer fewer on the first and the last stage, whose first and last
+    chunks hold only the embedding and only the output layer), at its fastest chunk count; one that
+    fits first, if any does."""
     gpus, tp, cp, pp, dp = row[:5]
-    return fastest(model, cluster, (Layout(dp, tp, pp, cp, 1, 2, "none", 1, v, True, True, True) for v in CHUNKS),
-                   dp * row[6] * row[5])
+    return fastest(model, cluster, (Layout(dp, tp, pp, cp, 1, 2, "none", 1, v, True, True, True, False, True)
+                                    for v in CHUNKS), dp * row[6] * row[5])
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def compare(rows=TABLE_4, cp=(1, 2, 4, 8, 16)) -> list[Run]:
     for row in rows:
         model, cluster = model_of(row), h100s(row[0])
         mine, tokens = published_layout(row, model, cluster), row[4] * row[6] * row[5]
-        ranked = plan(model, cluster, tokens, cp=cp, virtual=CHUNKS)
+        ranked = plan(model, cluster, tokens, cp=cp, virtual=CHUNKS, end_chunks=(False, True))
         predicted = tokens / row[5] * model.training_flops("none") / (row[0] * mine.step_s) / 1e12
         ly = mine.layout
         out.append(Run(row[0], (ly.dp, ly.tp, ly.pp, ly.cp), row[5], row[7], predicted, mine.memory_bytes / GiB,

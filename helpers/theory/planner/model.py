@@ -239,7 +239,9 @@ class Layout:
     layer, unhidden: Megatron-Core's tp-comm-overlap and torch's async TP (torchtitan) hide much of
     them, so there the planner overprices tp by up to their time. ``whole_inputs``: SP as torch's
     DTensor plans of 8.4 run it, each all-gathered block input and the head's logits kept whole;
-    False: Megatron's slices (and a loss computed on sharded logits).
+    False: Megatron's slices (and a loss computed on sharded logits). ``end_chunks``: the embedding
+    and the output layer each a pipeline chunk with no transformer layer, the first GPU's first and
+    the last GPU's last, as Llama 3 ran it to even the stages' memory (Dubey et al. 2024, 3.3.2).
     """
 
     dp: int
@@ -255,6 +257,7 @@ class Layout:
     flash: bool = True
     overlap: bool = True
     whole_inputs: bool = False
+    end_chunks: bool = False
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "virtual"):

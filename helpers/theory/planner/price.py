@@ -79,8 +79,11 @@ def check(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
         (m.mlp_hidden % ly.tp, f"tp = {ly.tp} does not divide the MLP's {m.mlp_hidden}"),
         (sequences % (ly.dp * ly.micro_batch), f"{sequences} sequences do not split into {ly.dp} replicas "
                                                f"x micro-batches of {ly.micro_batch}"),
-        (ly.pp * ly.virtual > m.layers, f"{m.layers} layers cannot fill {ly.pp} stages x {ly.virtual} chunks"),
+        (ly.pp * ly.virtual - 2 * ly.end_chunks > m.layers,
+         f"{m.layers} layers cannot fill {ly.pp} stages x {ly.virtual} chunks" + (" less the two ends" if ly.end_chunks else "")),
         (ly.virtual > 1 and ly.pp == 1, "interleaving (virtual > 1) needs a pipeline (pp > 1)"),
+        (ly.end_chunks and ly.pp * ly.virtual < 3, "end chunks need a chunk for the layers beside the two ends "
+                                                    "(pp x virtual >= 3)"),
         (m.seq % ly.cp, f"cp = {ly.cp} does not divide the sequence ({m.seq})"),
         (m.experts % ly.ep, f"ep = {ly.ep} does not divide {m.experts} experts"),
         ((ly.dp * ly.cp) % ly.ep, f"ep = {ly.ep} does not divide the {ly.dp * ly.cp} data-parallel GPUs"),
@@ -104,13 +107,14 @@ def _link(cluster: Cluster, stride: int, size: int) -> tuple[float, float]:
     return cluster.inter_latency_s, 1.0 / min(cluster.intra_bandwidth, per_node * cluster.inter_bandwidth)
 
 
-def _stage(model: Model, layout: Layout, rank: int) -> list[int]:
+def chunk_layers(model: Model, layout: Layout, rank: int) -> list[int]:
     """The layers of each chunk pipeline GPU ``rank`` holds: the layers cut into pp x virtual
-    chunks, the first ones a layer longer when they do not divide (``segment_bounds``); GPU r
-    holds chunks r, r + pp, ..."""
-    sizes = [b - a for a, b in _memo(("bounds", model.layers, layout.pp * layout.virtual),
-                                     lambda: segment_bounds(model.layers, layout.pp * layout.virtual))]
-    return sizes[rank::layout.pp]
+    chunks (less the two ``end_chunks``, which hold none), the first ones a layer longer when they
+    do not divide (``segment_bounds``); GPU r holds chunks r, r + pp, ..."""
+    ends = 2 if layout.end_chunks else 0
+    n = layout.pp * layout.virtual - ends
+    sizes = [b - a for a, b in _memo(("bounds", model.layers, n), lambda: segment_bounds(model.layers, n))]
+    return ([0] + sizes + [0] if ends else sizes)[rank::layout.pp]
 
 
 def warm_up_layers(chunks: list[int], pp: int, forwards: int) -> int:
@@ -126,7 +130,7 @@ def warm_up_layers(chunks: list[int], pp: int, forwards: int) -> int:
 
 def _device(model, cluster, ly, rank, mbs):
     """Memory (by kind) and per-micro-batch compute seconds (forward, backward) of pipeline GPU ``rank``."""
-    chunks = _stage(model, ly, rank)
+    chunks = chunk_layers(model, ly, rank)
     layers = sum(chunks)
     first, last = rank == 0, rank == ly.pp - 1
     b, t = ly.micro_batch, ly.tp
@@ -178,7 +182,9 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
     ly, s, h, v = layout, model.seq, model.hidden, model.value_bytes
     sequences = global_batch_tokens // s
     mbs = sequences // (ly.dp * ly.micro_batch)
-    devices = [_device(model, cluster, ly, r, mbs) for r in sorted({0, ly.pp - 1})]
+    # The fullest GPUs: the first (the longer chunks, the embedding, the most micro-batches in flight)
+    # and the last (the head); with end chunks the second, which holds a layer more than the first.
+    devices = [_device(model, cluster, ly, r, mbs) for r in sorted({0, ly.pp - 1, 1 if ly.end_chunks else 0})]
     memory = max((d[0] for d in devices), key=lambda mem: sum(mem.values()))
     layers = max(d[3] for d in devices)
     fwd, bwd = max(devices, key=lambda d: d[1] + d[2])[1:3]
