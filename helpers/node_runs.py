@@ -122,8 +122,9 @@ def host_job(argvs: list[list[str]], env: dict[str, str]) -> plans.HostJob | Non
 
 
 def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout: float = 60,
-              interval: float = 0.1) -> list[NodeRun]:
-    """Start every node at once, watch their sockets until all exit, and never leave one running.
+              interval: float = 0.1, late: float = 0.0) -> list[NodeRun]:
+    """Start every node, each ``late`` seconds after the one before (nodes of a real cluster never
+    start together), watch their sockets until all exit, and never leave one running.
 
     Agents that would put two NCCL ranks on one GPU are refused first (``plans.place_ranks``).
 
@@ -135,7 +136,8 @@ def run_nodes(argvs: list[list[str]], env: dict[str, str] | None = None, timeout
         plans.place_ranks(this_machine(), job)
     runs, procs, logs = [NodeRun(a) for a in argvs], [], []
     try:
-        for argv in argvs:
+        for i, argv in enumerate(argvs):
+            time.sleep(late if i else 0)
             log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block a rank
             logs.append(log)
             procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env,

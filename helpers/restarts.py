@@ -93,9 +93,9 @@ class CliRun:
     saved: dict
 
 
-def _run(argvs: list[list[str]], env: dict[str, str], folder: str, timeout: float) -> CliRun:
+def _run(argvs: list[list[str]], env: dict[str, str], folder: str, timeout: float, late: float = 0.0) -> CliRun:
     start = time.perf_counter()
-    nodes = cluster.run_nodes(argvs, env=env, timeout=timeout)
+    nodes = cluster.run_nodes(argvs, env=env, timeout=timeout, late=late)
     seconds = time.perf_counter() - start
     if nodes[0].returncode != 0:
         raise RuntimeError(f"node 0 ended with {nodes[0].returncode}:\n{nodes[0].stdout[-3000:]}")
@@ -109,14 +109,23 @@ def torchrun_restart(folder: str, timeout: float = 120, **train) -> CliRun:
     return _run([argv], _env(2), folder, timeout)
 
 
-def lose_a_node(folder: str, timeout: float = 120, last_call: int = 2, **train) -> CliRun:
+def lose_a_node(folder: str, timeout: float = 120, last_call: int = 10, heartbeat: int = 1, late: float = 0.0,
+                **train) -> CliRun:
     """Two nodes of one rank each, ``--nnodes 1:2 --max-restarts 1``; node 1 is lost mid-run.
 
     ``elastic.train(how="node")`` kills node 1's agent with its rank. Node 0's rank fails in its
-    next collective, its agent restarts it, and the new round closes with the one node left,
-    ``last_call`` seconds after it joined: the job carries on with half the world.
+    next collective, its agent restarts it, and the new round waits until node 1 has missed 3
+    heartbeats of ``heartbeat`` seconds, then closes ``last_call`` seconds after node 0 joined
+    it: the job carries on with half the world.
+
+    ``last_call`` is also the start's grace: a round closes at once when both nodes are in it,
+    but a node whose agent starts more than ``last_call`` seconds after node 0's (``late``, or a
+    loaded machine) finds round 0 closed and the job running, or done, without it. Its joining is then a
+    membership change, and in torch 2.14.1 that hangs: the new node waits for MASTER_ADDR under
+    the new round's prefix, which node 0's agent, keeping its first round's store, never writes.
+    Torch's defaults (30 s, heartbeats of 5 s) would make the restart take about 15 + 30 s.
     """
-    argvs = cluster.loopback_argvs("elastic.train", nnodes=2, min_nodes=1, max_restarts=1,
-                                   rdzv_conf={"last_call_timeout": last_call},
+    conf = {"last_call_timeout": last_call, "keep_alive_interval": heartbeat, "keep_alive_max_attempt": 3}
+    argvs = cluster.loopback_argvs("elastic.train", nnodes=2, min_nodes=1, max_restarts=1, rdzv_conf=conf,
                                    args={"folder": folder, "how": "node", "fail_rank": 1, **train})
-    return _run(argvs, cluster.shared_host_env(2), folder, timeout)  # both "nodes" are this host
+    return _run(argvs, cluster.shared_host_env(2), folder, timeout, late)  # both "nodes" are this host
