@@ -71,7 +71,8 @@ def _order(p: Priced) -> tuple:
 def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp, flash, overlap, end_chunks):
     dp, tp, pp, c, ep = mesh
     best = None
-    for b, e in ((b, e) for b in micro_batches for e in end_chunks if not e or pp > 1):
+    ends = [e for e in end_chunks if not e or pp > 1]
+    for b, e in ((b, e) for b in micro_batches for e in ends):
         for v in (v for v in virtual if v == 1 or pp > 1):
             for z in zero:
                 for r in order:

@@ -79,8 +79,8 @@ def check(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
         (m.mlp_hidden % ly.tp, f"tp = {ly.tp} does not divide the MLP's {m.mlp_hidden}"),
         (sequences % (ly.dp * ly.micro_batch), f"{sequences} sequences do not split into {ly.dp} replicas "
                                                f"x micro-batches of {ly.micro_batch}"),
-        (ly.pp * ly.virtual - 2 * ly.end_chunks > m.layers,
-         f"{m.layers} layers cannot fill {ly.pp} stages x {ly.virtual} chunks" + (" less the two ends" if ly.end_chunks else "")),
+        (ly.pp * ly.virtual - 2 * ly.end_chunks > m.layers, f"{m.layers} layers cannot fill {ly.pp} stages x "
+                                                             f"{ly.virtual} chunks" + " less the two ends" * ly.end_chunks),
         (ly.virtual > 1 and ly.pp == 1, "interleaving (virtual > 1) needs a pipeline (pp > 1)"),
         (ly.end_chunks and ly.pp * ly.virtual < 3, "end chunks need a chunk for the layers beside the two ends "
                                                     "(pp x virtual >= 3)"),
