@@ -56,15 +56,17 @@ def _priced(p: planner.Priced) -> dict:
 
 def _layouts(gpus: int) -> list[Layout]:
     """Every mesh of ``gpus`` from small degrees, at every setting; (sp, flash, overlap, whole_inputs,
-    end_chunks) three ways."""
+    end_chunks, cp_ring) three ways."""
     out = []
     for dp, tp, pp, cp, ep in itertools.product((1, 2, 4), (1, 2), (1, 2, 3), (1, 2), (1, 2)):
         if dp * tp * pp * cp != gpus:
             continue
-        for zero, recompute, b, v, (sp, flash, overlap, whole, ends) in itertools.product(
+        for zero, recompute, b, v, (sp, flash, overlap, whole, ends, ring) in itertools.product(
                 (0, 1, 2, 3), planner.RECOMPUTE, (1, 2), (1, 2),
-                ((True, True, True, True, False), (True, False, False, False, True), (False, True, False, False, False))):
-            out.append(Layout(dp, tp, pp, cp, ep, zero, recompute, b, v, sp and tp > 1, flash, overlap, whole, ends))
+                ((True, True, True, True, False, True), (True, False, False, False, True, True),
+                 (False, True, False, False, False, False))):
+            out.append(Layout(dp, tp, pp, cp, ep, zero, recompute, b, v, sp and tp > 1, flash, overlap, whole, ends,
+                              ring))
     return out
 
 
@@ -79,7 +81,8 @@ def _python_price(model, cluster, layout, tokens):
 @pytest.mark.parametrize("model", MODELS, ids=str)
 def test_price_and_check_equal_pythons_to_the_last_bit(model, gpus):
     m = MODELS[model]
-    cluster = planner.Cluster(gpus, 4, 24 * GIB, 100e12, 150e9, 25e9, 5e-6, 10e-6, 0.45, GIB)  # 2 or 3 nodes
+    # 2 or 3 nodes; the attention core at its own fractions of peak, materialized and fused
+    cluster = planner.Cluster(gpus, 4, 24 * GIB, 100e12, 150e9, 25e9, 5e-6, 10e-6, 0.45, GIB, 0.2, 0.3)
     tokens = 16 * m.seq
     layouts = _layouts(gpus)
     cases = [_case(m, cluster, layout=asdict(ly), tokens=tokens) for ly in layouts]

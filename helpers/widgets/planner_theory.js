@@ -112,17 +112,22 @@ Object.assign(theory, (function () {
   }
 
   function plannerCluster(o) {
-    const c = {efficiency: 0.5, reserved_bytes: 0.0, attention_efficiency: null, ...o};
+    const c = {efficiency: 0.5, reserved_bytes: 0.0, attention_efficiency: null, flash_efficiency: null, ...o};
     if (c.gpus > c.gpus_per_node && c.gpus % c.gpus_per_node) {
       throw new Error(`${c.gpus} GPUs do not fill nodes of ${c.gpus_per_node}`);
     }
     return c;
   }
-  // Cluster.attention: the attention core's fraction of peak (materialized scores only).
-  const attention = (c, flash) => flash || c.attention_efficiency === null ? c.efficiency : c.attention_efficiency;
+  // Cluster.attention: the attention core's fraction of peak, fused (flash) or with its scores materialized.
+  const attention = (c, flash) => {
+    const own = flash ? c.flash_efficiency : c.attention_efficiency;
+    return own === null ? c.efficiency : own;
+  };
+  // price._core_flops: the core's executed forward FLOPs, half where a fused causal kernel skips the masked half
+  const coreFlops = (m, ly) => coreForwardFlops(m) / (ly.flash ? 2 : 1);
   function plannerLayout(o) {
     return {tp: 1, pp: 1, cp: 1, ep: 1, zero: 0, recompute: "none", micro_batch: 1, virtual: 1, sp: false,
-            flash: true, overlap: true, whole_inputs: false, end_chunks: false, ...o};
+            flash: true, overlap: true, whole_inputs: false, end_chunks: false, cp_ring: true, ...o};
   }
   const gpusOf = ly => ly.dp * ly.tp * ly.pp * ly.cp;
   const meshOf = ly => [ly.dp, ly.tp, ly.pp, ly.cp, ly.ep];
@@ -220,7 +225,7 @@ Object.assign(theory, (function () {
     if (last) memory["head and loss"] = outside[1] + (first ? outside[0] : 0.0);
     memory["reserved"] = c.reserved_bytes;
     const rate = c.efficiency * c.peak_flops * t * ly.cp / b;
-    const core = coreForwardFlops(m) / (rate / c.efficiency * attention(c, ly.flash));
+    const core = coreFlops(m, ly) / (rate / c.efficiency * attention(c, ly.flash));
     const layer = (layerForwardFlops(m) - coreForwardFlops(m)) / rate + core;
     const again = {"none": 0.0, "selective": ly.flash ? 0.0 : core, "full": layer}[ly.recompute];
     const fwd = layers * layer + (last ? logitsForwardFlops(m) / rate : 0.0);
@@ -267,8 +272,9 @@ Object.assign(theory, (function () {
       const [lat, spb] = link(c, ly.tp, ly.cp), kv = 2.0 * ly.micro_batch * s * m.kv_hidden * v / ly.tp;
       const comm = (full ? 3 : 2) * collectiveTime("all_gather", kv, ly.cp, lat, spb)
         + collectiveTime("reduce_scatter", kv, ly.cp, lat, spb);
-      const core = 3 * coreForwardFlops(m) * ly.micro_batch / (ly.tp * ly.cp * attention(c, ly.flash) * c.peak_flops);
-      t["cp"] = layers * Math.max(0.0, comm - core);
+      const core = ly.cp_ring ? 3 * coreFlops(m, ly) * ly.micro_batch
+        / (ly.tp * ly.cp * attention(c, ly.flash) * c.peak_flops) : 0.0;
+      t["cp"] = layers * Math.max(0.0, comm - core);  // a ring hides its sends behind the core; all-gather none
       hidden = layers * Math.min(comm, core);
     }
     if (m.experts > 1 && ly.ep > 1) {

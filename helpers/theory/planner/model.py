@@ -156,12 +156,17 @@ class Model:
             return forward / self.layers + (2.0 * self.seq * self.hidden * self.experts if self.experts > 1 else 0.0)
         return _memo((self, "layer"), count)
 
-    def training_flops(self, recompute: str = "none") -> float:
+    def training_flops(self, recompute: str = "none", causal: bool = False) -> float:
         """FLOPs of one sequence's forward and backward (backward twice the forward), with the
-        forward of whatever ``recompute`` runs again: with "full", equation (3) of Narayanan et al."""
+        forward of whatever ``recompute`` runs again: with "full", equation (3) of Narayanan et al.
+        The attention core is counted whole (every query against every key), as equation (3) and
+        PaLM's MFU count it; ``causal``: at half, the scores a causal kernel computes."""
         one_of("recompute", recompute, RECOMPUTE)
         again = {"none": 0.0, "selective": self.core_forward_flops(), "full": self.layer_forward_flops()}[recompute]
-        return self.layers * (3 * self.layer_forward_flops() + again) + 3 * self.logits_forward_flops()
+        total = self.layers * (3 * self.layer_forward_flops() + again) + 3 * self.logits_forward_flops()
+        if causal:
+            total -= self.layers * (3 + (recompute != "none")) * self.core_forward_flops() / 2
+        return total
 
     # --- activations (bytes, one layer, one micro-batch, one GPU): 8.1's Korthikanti, widened ---
     def layer_activation_bytes(self, micro_batch: int, tp: int = 1, cp: int = 1, sp: bool = False,
@@ -242,6 +247,10 @@ class Layout:
     False: Megatron's slices (and a loss computed on sharded logits). ``end_chunks``: the embedding
     and the output layer each a pipeline chunk with no transformer layer, the first GPU's first and
     the last GPU's last, as Llama 3 ran it to even the stages' memory (Dubey et al. 2024, 3.3.2).
+    ``cp_ring``: context parallelism as ring attention, K and V passed around the ring while the
+    attention core computes (Liu et al. 2023), so their sends hide behind it; False: all-gathered
+    before the core and their gradients reduce-scattered after, on the critical path, as Llama 3 ran
+    it (Dubey et al. 2024, 3.3.2).
     """
 
     dp: int
@@ -258,6 +267,7 @@ class Layout:
     overlap: bool = True
     whole_inputs: bool = False
     end_chunks: bool = False
+    cp_ring: bool = True
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "virtual"):

@@ -23,15 +23,15 @@ def divisors(n: int) -> list[int]:
 def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int | None = None,
          zero=(0, 1, 2, 3), recompute=RECOMPUTE, micro_batches=(1, 2, 4, 8), virtual=(1, 2, 3, 4, 6, 8),
          cp=(1, 2, 4, 8), sp: bool = True, flash: bool = True, overlap: bool = True,
-         tp_across_nodes: bool = False, end_chunks=(False,)) -> list[Priced]:
+         tp_across_nodes: bool = False, end_chunks=(False,), cp_ring: bool = True) -> list[Priced]:
     """The meshes that fit, each priced at its fastest settings, fastest first (``top`` of them;
     on equal time the simpler, then the one needing less memory, first); an empty list when none fits.
 
     The keyword arguments bound the search to what a software stack offers: ``zero`` the stages,
     ``recompute`` the kinds (in order of cost), ``micro_batches`` the micro-batch sizes
     (sequences), ``virtual`` the model chunks per pipeline GPU, ``cp`` the context-parallel
-    degrees; ``sp``, ``flash`` and ``overlap`` as in ``Layout``; ``end_chunks`` the values of
-    ``Layout.end_chunks`` to try (True only where pp > 1).
+    degrees; ``sp``, ``flash``, ``overlap`` and ``cp_ring`` as in ``Layout``; ``end_chunks`` the
+    values of ``Layout.end_chunks`` to try (True only where pp > 1).
     """
     whole("global_batch_tokens", global_batch_tokens)
     if why := batch_refused(model, global_batch_tokens):  # else: an empty list, read as "nothing fits"
@@ -54,7 +54,7 @@ def plan(model: Model, cluster: Cluster, global_batch_tokens: int, *, top: int |
                 eps = [e for e in divisors(model.experts) if (dp * c) % e == 0] if model.experts > 1 else [1]
                 for ep in eps:
                     found = _best(model, cluster, global_batch_tokens, (dp, tp, pp, c, ep), zero, order,
-                                  micro_batches, virtual, sp and tp > 1, flash, overlap, end_chunks)
+                                  micro_batches, virtual, sp and tp > 1, flash, overlap, end_chunks, cp_ring)
                     if found is not None:
                         best[found.layout.mesh()] = found
     ranked = sorted(best.values(), key=_order)
@@ -68,7 +68,7 @@ def _order(p: Priced) -> tuple:
     return (float(f"{p.step_s:.9g}"), ly.tp * ly.pp * ly.cp * ly.ep, p.memory_bytes)
 
 
-def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp, flash, overlap, end_chunks):
+def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp, flash, overlap, end_chunks, ring):
     dp, tp, pp, c, ep = mesh
     best = None
     ends = [e for e in end_chunks if not e or pp > 1]
@@ -76,7 +76,7 @@ def _best(model, cluster, tokens, mesh, zero, order, micro_batches, virtual, sp,
         for v in (v for v in virtual if v == 1 or pp > 1):
             for z in zero:
                 for r in order:
-                    ly = Layout(dp, tp, pp, c, ep, z, r, b, v, sp, flash, overlap, False, e)
+                    ly = Layout(dp, tp, pp, c, ep, z, r, b, v, sp, flash, overlap, False, e, ring)
                     if check(model, cluster, ly, tokens):
                         break
                     priced = price(model, cluster, ly, tokens)

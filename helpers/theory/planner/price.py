@@ -8,7 +8,9 @@ last the output layer; both are priced and the worse taken):
     bubble = (pp - 1) / virtual x slot          (1F1B; interleaved with ``virtual`` chunks)
 
 Compute is executed FLOPs (recomputation included) at ``cluster.efficiency`` x peak, the attention
-core at ``Cluster.attention`` where its scores are materialized. Collectives are the ring models of
+core at ``Cluster.attention``: its scores whole where they are materialized (then masked), half in a
+fused kernel, which skips the blocks a causal mask hides (Dao 2023, FlashAttention-2 section 3.1.1).
+Collectives are the ring models of
 chapters 4.2 and 6.2 (``theory.sharding.collective_time``): tensor parallelism's 4 all-reduces a
 layer and micro-batch (6 with full recomputation; sequence parallelism's reduce-scatter +
 all-gather cost the same) are never hidden (Narayanan et al. 2021,
@@ -128,6 +130,11 @@ def warm_up_layers(chunks: list[int], pp: int, forwards: int) -> int:
     return cycles * pp * sum(chunks) + pp * sum(chunks[:full]) + part * chunks[full]
 
 
+def _core_flops(model: Model, ly: Layout) -> float:
+    """The attention core's executed forward FLOPs for one sequence: half under a fused kernel (causal)."""
+    return model.core_forward_flops() / (2 if ly.flash else 1)
+
+
 def _device(model, cluster, ly, rank, mbs):
     """Memory (by kind) and per-micro-batch compute seconds (forward, backward) of pipeline GPU ``rank``."""
     chunks = chunk_layers(model, ly, rank)
@@ -166,7 +173,7 @@ def _device(model, cluster, ly, rank, mbs):
         memory["head and loss"] = outside[1] + (outside[0] if first else 0.0)
     memory["reserved"] = cluster.reserved_bytes
     rate = cluster.efficiency * cluster.peak_flops * t * ly.cp / b  # per sequence on this GPU's share
-    core = model.core_forward_flops() / (rate / cluster.efficiency * cluster.attention(ly.flash))  # its seconds
+    core = _core_flops(model, ly) / (rate / cluster.efficiency * cluster.attention(ly.flash))  # its seconds
     layer = (model.layer_forward_flops() - model.core_forward_flops()) / rate + core
     again = {"none": 0.0, "selective": 0.0 if ly.flash else core, "full": layer}[ly.recompute]
     fwd = layers * layer + (model.logits_forward_flops() / rate if last else 0.0)
@@ -195,14 +202,14 @@ def price(model: Model, cluster: Cluster, layout: Layout, global_batch_tokens: i
     if ly.tp > 1:
         lat, spb = _link(cluster, 1, ly.tp)
         t["tp"] = layers * (6 if full else 4) * collective_time("all_reduce", tokens * h * v, ly.tp, lat, spb)
-    if ly.cp > 1:  # ring attention: K and V gathered (again for the backward), their gradients scattered
+    if ly.cp > 1:  # K and V gathered (again for the backward), their gradients scattered
         lat, spb = _link(cluster, ly.tp, ly.cp)
         kv = 2.0 * ly.micro_batch * s * model.kv_hidden * v / ly.tp
         comm = ((3 if full else 2) * collective_time("all_gather", kv, ly.cp, lat, spb)
                 + collective_time("reduce_scatter", kv, ly.cp, lat, spb))
-        core = 3 * model.core_forward_flops() * ly.micro_batch / (
-            ly.tp * ly.cp * cluster.attention(ly.flash) * cluster.peak_flops)
-        t["cp"] = layers * max(0.0, comm - core)
+        core = 3 * _core_flops(model, ly) * ly.micro_batch / (
+            ly.tp * ly.cp * cluster.attention(ly.flash) * cluster.peak_flops) if ly.cp_ring else 0.0
+        t["cp"] = layers * max(0.0, comm - core)  # a ring hides its sends behind the core; all-gather none
         hidden = layers * min(comm, core)
     if model.experts > 1 and ly.ep > 1:  # dispatch and combine, forward and backward
         lat, spb = _link(cluster, ly.tp * ly.cp, ly.ep)
