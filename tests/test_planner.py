@@ -112,7 +112,9 @@ def test_uneven_stages_are_priced_by_the_fuller_one():
     m = dataclasses.replace(GPT_1T, layers=130)  # 130 over 64 stages: the first two hold 3
     even = price(GPT_1T, a100s(512), Layout(dp=1, tp=8, pp=64, recompute="full"), 512 * 2048)
     uneven = price(m, a100s(512), Layout(dp=1, tp=8, pp=64, recompute="full"), 512 * 2048)
-    layer, logits = 4 * GPT_1T.layer_forward_flops(), 3 * GPT_1T.logits_forward_flops()
+    # flash attention: the causal kernel runs half the attention core's FLOPs
+    layer = 4 * (GPT_1T.layer_forward_flops() - GPT_1T.core_forward_flops() / 2)
+    logits = 3 * GPT_1T.logits_forward_flops()
     # even: the last stage is the slower (2 layers and the output layer); uneven: the first (3 layers)
     assert uneven.time["compute"] / even.time["compute"] == pytest.approx(3 * layer / (2 * layer + logits))
 
@@ -229,6 +231,49 @@ def test_the_embedding_and_the_head_in_chunks_of_their_own_take_a_layer_off_the_
     assert without[0] - with_ends[0] == with_ends[1] / 8  # one layer's weights off GPU 0, its embedding kept
     assert "cannot fill 16 stages x 8 chunks" in check(model, a100s(16), Layout(dp=1, pp=16, virtual=8), 32 * 512)
     assert "pp x virtual >= 3" in check(model, a100s(2), Layout(dp=1, pp=2, end_chunks=True), 32 * 512)
+
+
+def test_a_causal_flash_kernel_runs_half_the_attention_core_and_a_materialized_one_all_of_it():
+    """FlashAttention-2 (Dao 2023, 3.1.1) skips the blocks a causal mask hides; scores written to memory are
+    computed whole, then masked. ``training_flops(causal=True)`` counts the core at half, forward,
+    backward and recomputation alike."""
+    m, c = GPT_1T, a100s(8, attention_efficiency=None)  # one efficiency: only the count differs
+    flash, scores = (price(m, c, Layout(dp=1, tp=8, flash=f, recompute="full"), 8 * m.seq) for f in (True, False))
+    layer, core = m.layer_forward_flops(), m.core_forward_flops()
+    assert flash.time["compute"] / scores.time["compute"] == pytest.approx(
+        (m.layers * 4 * (layer - core / 2) + 3 * m.logits_forward_flops())
+        / (m.layers * 4 * layer + 3 * m.logits_forward_flops()))
+    for r, runs in (("none", 3), ("selective", 4), ("full", 4)):
+        assert m.training_flops(r) - m.training_flops(r, causal=True) == pytest.approx(m.layers * runs * core / 2)
+
+
+def test_all_gather_context_parallelism_exposes_what_a_ring_hides():
+    """Llama 3 (Dubey et al. 2024, 3.3.2) all-gathers K and V before the attention core, "exposed in the
+    critical path"; a ring sends them while the core computes. The bytes are the same; only the ring
+    hides them, up to the core's time."""
+    m = llama3.model_of(llama3.TABLE_4[2])
+    c = llama3.h100s(256)
+    ring, gather = (price(m, c, Layout(dp=1, tp=8, pp=2, cp=16, zero=2, sp=True, cp_ring=r), 8 * m.seq)
+                    for r in (True, False))
+    assert gather.time["cp"] > 0 and ring.time["cp"] < gather.time["cp"]
+    assert gather.memory_bytes == ring.memory_bytes and gather.time["compute"] == ring.time["compute"]
+    assert "cp_ring" in plan.__doc__ and not plan(m, c, 8 * m.seq, cp=(16,), cp_ring=False, top=1)[0].layout.cp_ring
+
+
+def test_llama_3s_teraflops_counted_whole_would_read_1_4_times_higher_at_128k():
+    """What ``theory.planner.llama3`` says of its FLOP convention: the paper does not give it, and at 128K
+    tokens the attention core is half of a layer's FLOPs, so counting it whole or at half is a factor 1.4."""
+    m = llama3.model_of(llama3.TABLE_4[2])
+    assert m.training_flops() / m.training_flops(causal=True) == pytest.approx(1.4, abs=0.01)
+    assert "1.4 times higher" in llama3.__doc__.replace("\n", " ")
+
+
+def test_llama_3s_stack_is_fsdps_sharding_strategies():
+    """torch's FSDP shards as DDP (NO_SHARD), ZeRO-2 (SHARD_GRAD_OP) or ZeRO-3 (FULL_SHARD): no ZeRO-1."""
+    import torch.distributed.fsdp as fsdp
+    stages = {"NO_SHARD": 0, "SHARD_GRAD_OP": 2, "FULL_SHARD": 3}
+    assert set(stages) <= set(fsdp.ShardingStrategy.__members__)
+    assert tuple(sorted(stages.values())) == llama3.STACK["zero"] and llama3.STACK["cp_ring"] is False
 
 
 def test_spearmans_rho_by_hand():

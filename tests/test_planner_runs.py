@@ -1,8 +1,8 @@
-"""The planner beside MT-NLG 530B and BLOOM 176B (``theory.planner.a100_runs``, issue 35): the rows as
-typed from their sources, and issue 35's targets on each."""
+"""The planner beside MT-NLG 530B and BLOOM 176B (``theory.planner.a100_runs``) and Llama 3 405B
+(``theory.planner.llama3``), issue 35: the rows as typed from their sources, and issue 35's targets on each."""
 import pytest
 
-from helpers.theory.planner import a100_runs, published
+from helpers.theory.planner import a100_runs, llama3, published
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +37,13 @@ def test_mt_nlg_slows_as_its_fixed_batch_is_split_over_more_replicas(runs):
     the bubble's share grows, and the planner's TFLOP/s fall with the published 126, 121 and 113."""
     mt = [r.predicted_tflops for r in runs[:3]]
     assert mt[0] > mt[1] > mt[2]
+
+
+def test_llama_3s_three_layouts_meet_issue_35s_targets():
+    """Table 4 of Dubey et al. 2024, each row fitting, within 20% and near the planner's best (``Run.passes``),
+    the 128K row among them: attention at half (causal) and at FlashAttention-2's fraction of an H100."""
+    rows = llama3.compare()
+    assert len(rows) == 3
+    for r in rows:
+        assert r.passes, r
+    assert rows[2].seq == 131072 and abs(rows[2].error) < abs(rows[0].error)

@@ -50,6 +50,7 @@ RUNS = (
     ("BLOOM 176B", 384, 4, 12, 8, 2048, 2, 150, None),
 )
 MODELS = {"MT-NLG 530B": MT_NLG, "BLOOM 176B": BLOOM}
+SOURCES = {"MT-NLG 530B": "Smith et al. 2022", "BLOOM 176B": "BigScience 2022, tr11-176B-ml.slurm"}
 # What their stacks offered (Megatron-DeepSpeed, 2021-22): ZeRO-1 at most, full recomputation or
 # none, no flash attention, no sequence or context parallelism, DeepSpeed's 1F1B (no interleaving)
 # and the gradients reduced after the backward.
