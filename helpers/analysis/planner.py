@@ -3,6 +3,7 @@ machine as a cluster, for the held-out check against chapter 8.4's own runs: the
 8.4's recipe trains with (``run_model``, ``run_layout``), its memory set beside the hooks' per stage."""
 from __future__ import annotations
 
+from dataclasses import replace
 from statistics import correlation, median
 from typing import Callable
 
@@ -10,7 +11,7 @@ from . import four_d
 from .. import plans
 from ..theory import four_d as four_d_theory, planner, ring_from_fit
 from ..theory.memory import model_state_bytes
-from ..theory.planner import published
+from ..theory.planner import a100_runs, llama3, published
 
 NARAYANAN_HEADER = ["model", "t", "p", "d", "GPUs", "batch", "b", "v", "published TFLOP/s", "predicted", "error",
                     "memory GiB", "fits", "rank", "planner's best (d, t, p)", "published / best step", "row"]
@@ -86,6 +87,37 @@ def ranked_cells(ranked: list[planner.Priced]) -> tuple[list[str], list[list[str
     return RANKED_HEADER, [[i, str(p.layout.mesh()), p.layout.zero, p.layout.recompute, p.layout.micro_batch,
                             p.layout.virtual, f"{p.memory_bytes / 2**30:.1f}", f"{p.step_s:.2f}",
                             f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}"] for i, p in enumerate(ranked, 1)]
+
+
+RUNS_HEADER = ["run", "source", "GPUs", "(dp, tp, pp, cp)", "context", "fits", "memory GiB", "published TFLOP/s",
+               "predicted", "error", "rank", "published / best step", "targets"]
+
+
+def published_runs(llama=None) -> list[tuple[str, str, llama3.Run]]:
+    """Issue 35's runs beside the planner, as (model, source, ``Run``): Llama 3 405B's three layouts
+    (``llama``: ``llama3.compare()``'s rows, or others priced so), MT-NLG 530B's three and BLOOM 176B."""
+    rows = [("Llama 3 405B", "Dubey et al. 2024, Table 4", r) for r in (llama or llama3.compare())]
+    return rows + [(run[0], a100_runs.SOURCES[run[0]], r) for run, r in zip(a100_runs.RUNS, a100_runs.compare())]
+
+
+def published_runs_cells(runs) -> tuple[list[str], list[list[str]]]:
+    """``published_runs`` as table cells, a run that misses issue 35's targets marked."""
+    return RUNS_HEADER, [[name, source, f"{r.gpus:,}", str(r.mesh), f"{r.seq // 1024}K", "yes" if r.fits else "NO",
+                          f"{r.memory_gib:.1f}", f"{r.published_tflops:g}", f"{r.predicted_tflops:.0f}",
+                          f"{r.error:+.1%}", r.rank or "-", f"{1 + r.slower_than_best:.3f}",
+                          "met" if r.passes else "MISSED"] for name, source, r in runs]
+
+
+def llama3_without() -> dict[str, list[llama3.Run]]:
+    """Llama 3's rows priced without what issue 35 taught the planner, one thing at a time: every
+    pipeline chunk holding layers; flash attention at the matmuls' efficiency; the search free to use
+    what Llama 3's stack did not offer (ZeRO-1, ring attention)."""
+    as_matmuls = lambda gpus: replace(llama3.h100s(gpus), flash_efficiency=None)  # noqa: E731
+    return {"no chunks for the embedding and the head": llama3.compare(ends=False,
+                                                                        stack={**llama3.STACK, "end_chunks": (False,)}),
+            "attention at the matmuls' efficiency": llama3.compare(cluster_of=as_matmuls),
+            "ZeRO-1 and ring attention allowed": llama3.compare(stack={**llama3.STACK, "zero": (0, 1, 2, 3),
+                                                                        "cp_ring": True})}
 
 
 def passing_efficiencies(lows_to_highs=tuple(x / 100 for x in range(40, 81))) -> list[float]:

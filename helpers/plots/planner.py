@@ -1,5 +1,5 @@
-"""Figures of the planner (chapter 8.5): where a layout's step goes, and the planner against Narayanan
-et al.'s Table 1."""
+"""Figures of the planner (chapters 8.5 and 8.6): where a layout's step goes, and the planner against
+published runs (Narayanan et al.'s Table 1, and the runs of 8.6)."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -49,23 +49,34 @@ def nothing_fits(setting: str):
     return finish(fig)
 
 
-def published_vs_predicted(rows: list, band: float = 0.25):
-    """Each row of Table 1 (``published.Row``): teraFLOP/s per GPU published (x) and predicted for the
-    published layout (y), the ±``band`` corridor around equality shaded."""
+def published_vs_predicted(rows: list, band: float = 0.25, names: list[str] | None = None,
+                           title: str = "Narayanan et al. 2021, Table 1"):
+    """Each row (``published.Row``, or ``llama3.Run`` with ``names``): teraFLOP/s per GPU published (x)
+    and predicted for the published layout (y), the ±``band`` corridor around equality shaded. Rows
+    of one name share a colour; Table 1's rows are labelled by size."""
     fig, ax = plt.subplots(figsize=(5.2, 4))
     top = 1.15 * max(max(r.published_tflops, r.predicted_tflops) for r in rows)
-    xs = np.linspace(0, top, 2)
+    xs = np.geomspace(0.5 * min(r.published_tflops for r in rows), top, 50)
     ax.fill_between(xs, (1 - band) * xs, (1 + band) * xs, color="tab:green", alpha=0.12,
                     label=f"within {band:.0%}")
     ax.plot(xs, xs, color="black", lw=0.8, label="predicted = published")
-    ax.scatter([r.published_tflops for r in rows], [r.predicted_tflops for r in rows], color="tab:blue",
-               zorder=3, label="a row of Table 1")
-    for r in rows:
-        ax.annotate(f"{r.billions:g}B", (r.published_tflops, r.predicted_tflops), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
+    names = names or ["a row of Table 1"] * len(rows)
+    for i, name in enumerate(dict.fromkeys(names)):
+        mine = [r for r, n in zip(rows, names) if n == name]
+        ax.scatter([r.published_tflops for r in mine], [r.predicted_tflops for r in mine], color=f"C{i}",
+                   zorder=3, label=name)
+    for r in rows:  # a run's GPUs and context where they tell its points apart (Llama 3's)
+        label = f"{r.billions:g}B" if hasattr(r, "billions") else f"{r.gpus:,}, {r.seq // 1024}K" * (r.seq > 2048)
+        ax.annotate(label, (r.published_tflops, r.predicted_tflops), fontsize=7,
+                    xytext=(3, 3) if hasattr(r, "billions") else (5, -9), textcoords="offset points")
     low = 0.8 * min(min(r.published_tflops, r.predicted_tflops) for r in rows)
+    if top / low > 3:  # A100 runs beside H100 runs: equal ratios at equal distances
+        ax.set(xscale="log", yscale="log")
+        plain = plt.FuncFormatter(lambda value, _: f"{value:g}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(plain), axis.set_minor_formatter(plain)
     ax.set(xlim=(low, top), ylim=(low, top), xlabel="published teraFLOP/s per GPU",
-           ylabel="planner's teraFLOP/s per GPU", title="Narayanan et al. 2021, Table 1")
+           ylabel="planner's teraFLOP/s per GPU", title=title)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     return finish(fig)

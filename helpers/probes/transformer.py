@@ -48,3 +48,27 @@ def peaks(m: Machine, threads: int | None = None, n: int = 1024, repeats: int = 
     device = device or devices.of_process()
     return {str(dt).removeprefix("torch."): matmul_peak(dt, n, repeats, threads, device)
             for dt in peak_dtypes(m, device)}
+
+
+def attention_flops(dtype: torch.dtype = torch.float32, seq: int = 1024, heads: int = 8, head_dim: int = 64,
+                    repeats: int = 5, threads: int | None = None, device: torch.device | None = None) -> float:
+    """The best FLOP/s of one causal ``F.scaled_dot_product_attention`` forward (one sequence, ``heads``
+    heads of ``head_dim``) over ``repeats`` tries, after one warm-up, counted as the planner counts the
+    attention core it executes: 4 s² x heads x head_dim (QKᵀ and scores x V), at half for the causal mask.
+    Set beside ``matmul_peak`` it is the attention core's fraction of peak (``Cluster.flash_efficiency``)."""
+    if min(seq, heads, head_dim, repeats) < 1:
+        raise ValueError(f"seq, heads, head_dim and repeats must be at least 1, got {seq}, {heads}, {head_dim}, "
+                         f"{repeats}")
+    device = device or devices.of_process()
+    with devices.cpu_threads(threads), torch.no_grad():
+        g = torch.Generator(device="cpu").manual_seed(0)
+        q, k, v = (torch.randn(1, heads, seq, head_dim, generator=g).to(device, dtype) for _ in range(3))
+        best = float("inf")
+        for i in range(repeats + 1):
+            devices.sync(device)
+            start = time.perf_counter()
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            devices.sync(device)
+            if i:
+                best = min(best, time.perf_counter() - start)
+    return 4.0 * seq * seq * heads * head_dim / 2 / best
