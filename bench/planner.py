@@ -45,7 +45,8 @@ def main() -> None:
              "| model | today's best mesh | ZeRO | recompute | micro-batch, chunks | memory GiB "
              "| 2021 step / this step | eq. 3 TFLOP/s |", "| --- | --- | --- | --- | --- | --- | --- | --- |",
              *[today(row) for row in published.TABLE_1], "",
-             "Llama 3 405B, Dubey et al. 2024, Table 4 (issue 35; `theory.planner.llama3` states what is assumed):",
+             "Llama 3 405B, Dubey et al. 2024, Table 4 (issue 35; `theory.planner.llama3` states what is assumed; "
+             "TFLOP/s with the attention core at half, ranked among what its stack offered):",
              "", "| GPUs | (dp, tp, pp, cp) | sequence | published TFLOP/s | predicted | memory GiB | fits | v "
              "| rank | planner's best (dp, tp, pp, cp, ep) | published / best step |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
