@@ -276,6 +276,19 @@ def test_llama_3s_stack_is_fsdps_sharding_strategies():
     assert tuple(sorted(stages.values())) == llama3.STACK["zero"] and llama3.STACK["cp_ring"] is False
 
 
+def test_experts_are_split_over_ep_and_their_optimizer_over_each_experts_replicas():
+    """Expert parallelism as DeepSpeed-MoE and Megatron-Core run it: each of ep GPUs holds experts / ep
+    of every MoE layer's experts, so an expert has dp x cp / ep copies; ZeRO-1 splits each expert's
+    optimizer states over those copies, and the dense weights' over all dp x cp GPUs."""
+    m = Model(layers=4, hidden=256, heads=4, seq=128, vocab=1000, experts=8, top_k=2)
+    dense = m.layers * m.dense_layer_params() + m.embedding_params() + m.head_params()
+    for ep in (1, 2, 4, 8):
+        states = stage_memory(m, a100s(16), Layout(dp=16, ep=ep, zero=1), 64 * 128)[0]
+        experts = m.layers * m.experts * m.expert_params() / ep
+        assert states["parameters"] == 2 * (dense + experts)  # bf16 weights, whole on every copy
+        assert states["optimizer states"] == pytest.approx(12 * dense / 16 + 12 * experts / (16 // ep))
+
+
 def test_spearmans_rho_by_hand():
     assert analysis.ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]  # the tied pair shares places 3 and 4
     assert analysis.rank_correlation([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
