@@ -102,8 +102,20 @@ function answer(values, data) {
   return [readout(values, data, ranked), ranked];
 }
 
+// A reader moves a control and back: the settings already planned are answered from memory (a plan of
+// a large cluster takes a good part of a second), the last few kept.
+const ANSWERS = new Map(), KEPT = 16;
+function remembered(values, data) {
+  const key = JSON.stringify(values);
+  if (!ANSWERS.has(key)) {
+    if (ANSWERS.size >= KEPT) ANSWERS.delete(ANSWERS.keys().next().value);
+    ANSWERS.set(key, answer(values, data));
+  }
+  return ANSWERS.get(key);
+}
+
 function draw(root, values, data) {
-  const [said, ranked] = answer(values, data);
+  const [said, ranked] = remembered(values, data);
   root.querySelector(".readout").innerHTML = said;
   const shown = ranked.slice(0, data.shown), X0 = 150, X1 = 600, Y0 = 10, ROW = 30;
   let s = "";
