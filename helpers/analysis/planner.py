@@ -126,15 +126,19 @@ def passing_efficiencies(lows_to_highs=tuple(x / 100 for x in range(40, 81))) ->
     return [e for e in lows_to_highs if all(r.passes for r in published.compare(e))]
 
 
-def machine_cluster(machine, fit, nprocs: int, flops_per_rank: float, fit_ranks: int | None = None) -> planner.Cluster:
+def machine_cluster(machine, fit, nprocs: int, flops_per_rank: float, fit_ranks: int | None = None,
+                    flash_fraction: float | None = None) -> planner.Cluster:
     """This machine as a cluster of ``nprocs`` gloo ranks (chapter 8.4's held-out runs): its RAM
     split between them, the ring of chapter 4.2's all_reduce fit (an ``AllreduceFit`` or
-    ``AlphaBetaFit`` measured at ``fit_ranks`` ranks, default ``nprocs``), and one rank's FLOP/s."""
+    ``AlphaBetaFit`` measured at ``fit_ranks`` ranks, default ``nprocs``), one rank's FLOP/s, and
+    ``flash_fraction``, its fused attention's measured FLOP/s over the matmul's (at most 1)."""
     alpha_beta = getattr(fit, "fit", fit)
     if not machine.memory:
         raise ValueError("the machine's RAM is not known (Machine.memory = 0): nothing to fit a layout into")
     step_latency, seconds_per_byte = ring_from_fit(alpha_beta, fit_ranks or nprocs)
-    return planner.machine_cluster(nprocs, machine.memory / nprocs, flops_per_rank, step_latency, seconds_per_byte)
+    flash = None if flash_fraction is None else min(1.0, flash_fraction)
+    return planner.machine_cluster(nprocs, machine.memory / nprocs, flops_per_rank, step_latency, seconds_per_byte,
+                                   flash_efficiency=flash)
 
 
 def rank_flops(machine, device_flops: float, nprocs: int) -> float:
@@ -146,9 +150,11 @@ def rank_flops(machine, device_flops: float, nprocs: int) -> float:
     return device_flops * machine.threads_per_rank(nprocs) * min(1.0, machine.cores / nprocs)
 
 
-def clusters(machine, fit, device_flops: float, fit_ranks: int) -> Callable[[int], planner.Cluster]:
+def clusters(machine, fit, device_flops: float, fit_ranks: int,
+             flash_fraction: float | None = None) -> Callable[[int], planner.Cluster]:
     """nprocs -> this machine as a cluster of that many ranks: ``machine_cluster`` at ``rank_flops``."""
-    return lambda nprocs: machine_cluster(machine, fit, nprocs, rank_flops(machine, device_flops, nprocs), fit_ranks)
+    return lambda nprocs: machine_cluster(machine, fit, nprocs, rank_flops(machine, device_flops, nprocs), fit_ranks,
+                                          flash_fraction)
 
 
 # --- The planner told what 8.4's recipe runs (``recipes.four_d.train_4d``) ------------------------

@@ -61,11 +61,12 @@ class Cluster:
 
 
 def machine_cluster(devices: int, memory_bytes: float, peak_flops: float, step_latency_s: float,
-                    seconds_per_byte: float, efficiency: float = 1.0) -> Cluster:
+                    seconds_per_byte: float, efficiency: float = 1.0, flash_efficiency: float | None = None) -> Cluster:
     """One machine as a cluster: ``devices`` ranks (a CPU's cores split between gloo ranks) on one
     node, every link the ring that chapter 4.2 fitted (``theory.ring_from_fit``: seconds per ring
-    step, seconds per byte). ``peak_flops``: one rank's measured FLOP/s, hence efficiency 1."""
+    step, seconds per byte). ``peak_flops``: one rank's measured FLOP/s, hence efficiency 1;
+    ``flash_efficiency``: its fused attention's measured FLOP/s over that."""
     at_least("seconds_per_byte", seconds_per_byte, 1e-300)
     bandwidth = 1.0 / seconds_per_byte
     return Cluster(devices, devices, memory_bytes, peak_flops, bandwidth, bandwidth,
-                   step_latency_s, step_latency_s, efficiency)
+                   step_latency_s, step_latency_s, efficiency, flash_efficiency=flash_efficiency)
