@@ -17,6 +17,10 @@ import os
 import platform
 from dataclasses import dataclass, field
 
+# The launcher's Machine as JSON, set in every rank it starts: a rank need not ask the GPUs again.
+# Named here, not in the launcher's protocol, so that the machine's facts depend on nothing of it.
+ENV = "HELPERS_MACHINE"
+
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that run bfloat16 natively
 FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 SHOWN_FLAGS = ("avx2", "avx512f", *BF16_FLAGS, *FP16_FLAGS, "amx_tile")
@@ -265,9 +269,8 @@ def this() -> Machine:
     Asking for the GPUs' names and memory starts CUDA, which takes seconds on a node of 8 GPUs, and
     every rank would pay it, even a gloo rank that never touches a GPU.
     """
-    from .protocol import MACHINE
-    if os.environ.get(MACHINE):
-        return from_json(os.environ[MACHINE])
+    if os.environ.get(ENV):
+        return from_json(os.environ[ENV])
     import psutil
     import torch
     gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))

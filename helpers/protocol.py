@@ -23,6 +23,8 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from . import machine
+
 DEFAULT_SEED = 0
 
 # Environment variables the launcher sets in every rank.
@@ -35,7 +37,7 @@ BACKEND = "HELPERS_BACKEND"          # "gloo" or "nccl" if the caller chose one
 THREADS = "HELPERS_THREADS"          # torch threads per rank if the caller chose them
 ERROR_FILE = "HELPERS_ERROR_FILE"    # where this rank reports its exception
 PROGRESS_FILE = "HELPERS_PROGRESS_FILE"  # where rank 0 appends its progress
-MACHINE = "HELPERS_MACHINE"          # the launcher's Machine as JSON: ranks need not ask the GPUs again
+MACHINE = machine.ENV               # the launcher's Machine as JSON: ranks need not ask the GPUs again
 
 PROGRESS_NAME = "progress.jsonl"
 
@@ -98,8 +100,7 @@ def prepare_process(local_world_size: int, seed: int = DEFAULT_SEED) -> int:
     between its ranks. Returns the thread count.
     """
     import torch
-    from .machine import this
-    threads = int(os.environ.get(THREADS, 0)) or this().threads_per_rank(local_world_size)
+    threads = int(os.environ.get(THREADS, 0)) or machine.this().threads_per_rank(local_world_size)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     seed_everything(seed)

@@ -48,6 +48,46 @@ def test_cores_and_gpus_are_read_in_one_module():
     assert readers == ["helpers/machine.py"], readers
 
 
+def _imported_helpers(path: Path, modules: dict) -> set[str]:
+    """The helpers modules ``path`` imports, at its top or inside a function alike."""
+    name = modules[path]
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rsplit(".", 1)[0]
+            target = ".".join(filter(None, [base if node.level else "", node.module or ""]))
+            found.update(f"{target}.{a.name}" if f"{target}.{a.name}" in modules.values() else target
+                         for a in node.names)
+    return found & set(modules.values()) - {name}
+
+
+def test_no_module_of_helpers_imports_one_that_imports_it_back():
+    """No import circle, even through a function's own import: ``machine`` (the machine's facts)
+    depends on nothing of the launcher; a circle means two modules that are one."""
+    modules = {p: ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+               for p in sorted((ROOT / "helpers").rglob("*.py"))}
+    graph = {modules[p]: _imported_helpers(p, modules) for p in modules}
+    assert "helpers.protocol" not in graph["helpers.machine"]
+
+    def on_a_circle(start):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            module = todo.pop()
+            if module == start:
+                return True
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph[module])
+        return False
+    circles = [m for m in sorted(graph) if on_a_circle(m)]
+    assert not circles, f"modules on an import circle: {circles}"
+
+
 def test_one_median():
     """statistics.median is called in training.median alone; no sorted(x)[n // 2] anywhere."""
     for path in [*HELPERS, *sorted((ROOT / "bench").glob("*.py")), *NOTEBOOKS]:
