@@ -11,7 +11,7 @@ import torch
 
 import helpers
 from helpers import gpt
-from helpers.analysis import traces
+from helpers.analysis import timelines, traces
 from helpers.analysis import transformer as bill
 from helpers.machine import Machine
 from helpers.probes import transformer as probe
@@ -177,7 +177,7 @@ def test_clock_marks_map_a_stepped_profiler_clock_onto_perf_counter():
 
 
 def test_intervals_merge_and_gaps():
-    assert traces.merge([(3, 4), (0, 1), (0.5, 2)]) == [(0, 2), (3, 4)]
+    assert timelines.merge([(3, 4), (0, 1), (0.5, 2)]) == [(0, 2), (3, 4)]
     assert traces.gaps([(0, 2), (3, 4)], -1, 5) == [(-1, 0), (2, 3), (4, 5)]
     assert traces.gaps([(0, 10)], 1, 2) == []
 

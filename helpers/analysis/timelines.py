@@ -5,14 +5,20 @@ from ..training import median
 
 # --- Chapter 3.1: DDP's buckets and overlap -------------------------------------------
 
+def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals, as sorted disjoint ones."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
 def hidden_fraction(intervals: list[tuple[float, float]], compute_end: float) -> float:
     """Share of the communication time (union of intervals) spent before the backward's compute ended."""
-    merged: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
+    merged = merge(intervals)
     total = sum(b - a for a, b in merged)
     hidden = sum(max(0.0, min(b, compute_end) - a) for a, b in merged)
     return hidden / total if total else 0.0

@@ -16,6 +16,8 @@ import gzip
 import json
 from pathlib import Path
 
+from .timelines import merge
+
 PHASE_PREFIX = "phase:"
 ALL_REDUCE = ("gloo:all_reduce", "nccl:all_reduce")  # the backends' own record_function names
 
@@ -59,17 +61,6 @@ def _seconds(trace: dict, marks: dict):
         start = p0 + (base + e["ts"] / 1e6 - t0) * rate
         return start, start + e["dur"] / 1e6 * rate
     return convert
-
-
-def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The union of intervals, as sorted disjoint ones."""
-    out: list[list[float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 def gaps(busy: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:

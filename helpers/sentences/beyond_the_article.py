@@ -76,6 +76,8 @@ def elastic_trap(trials: int, lost: int, lost_s: float = 0.0) -> str:
 def hangs(m: Machine) -> dict[str, str]:
     """7.2 runs over gloo everywhere (monitored_barrier is gloo's); its flight recorder is dumped on
     demand. The dump on a timeout comes from the NCCL watchdog, which only a GPU job has."""
+    # The shape of pipeline_schedules' sentence, deliberately: one sentence for each case of the machine,
+    # each chapter's own words
     if m.n_gpus:
         recorder = (f"This machine has {m.describe()}, but this chapter's hangs ran over gloo, so the "
                     "recorders above were dumped on demand: a job over NCCL with the variables above "

@@ -109,10 +109,7 @@ class FitExplorer(shell.Explorer):
     name = "fit"
 
     def __init__(self, **values):
-        unknown = set(values) - set(FIT_DEFAULTS)
-        if unknown:
-            raise TypeError(f"fit_explorer takes {sorted(FIT_DEFAULTS)}; not {sorted(unknown)}")
-        self.values = {**FIT_DEFAULTS, **values}
+        self.values = self.settings("fit_explorer", FIT_DEFAULTS, values)
 
     def figure(self):
         return fit_case(**self.values)[1]

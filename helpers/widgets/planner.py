@@ -131,9 +131,7 @@ class PlannerExplorer(shell.Explorer):
     theory = ("theory.js", "planner_theory.js")
 
     def __init__(self, **values):
-        unknown = set(values) - set(PLANNER_DEFAULTS)
-        if unknown:
-            raise TypeError(f"planner_explorer takes {sorted(PLANNER_DEFAULTS)}; not {sorted(unknown)}")
+        settings = self.settings("planner_explorer", PLANNER_DEFAULTS, values)
         for key, value in values.items():
             if key in OPTIONS and value not in OPTIONS[key]:
                 raise ValueError(f"planner_explorer: {key} = {value!r} is not one of {OPTIONS[key]}")
@@ -142,7 +140,7 @@ class PlannerExplorer(shell.Explorer):
         if not EFFICIENCY[0] <= values.get("efficiency", EFFICIENCY[0]) <= EFFICIENCY[1]:
             raise ValueError(f"planner_explorer: efficiency = {values['efficiency']!r} is outside the slider's "
                              f"{EFFICIENCY[0]}-{EFFICIENCY[1]}")
-        self.values = {**PLANNER_DEFAULTS, **values}
+        self.values = settings
         from helpers.theory import planner
         self.model, cluster, tokens = setting(self.values)  # what theory refuses is refused here, in its words
         self.ranked = planner.plan(self.model, cluster, tokens)

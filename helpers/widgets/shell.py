@@ -116,6 +116,14 @@ class Explorer:
     name = ""
     theory = ("theory.js",)  # the ports of helpers.theory the explorer's script calls, in load order
 
+    @staticmethod
+    def settings(maker: str, defaults: dict, values: dict) -> dict:
+        """``defaults`` with the reader's ``values`` over them; a name ``maker`` does not take is refused."""
+        unknown = set(values) - set(defaults)
+        if unknown:
+            raise TypeError(f"{maker} takes {sorted(defaults)}; not {sorted(unknown)}")
+        return {**defaults, **values}
+
     def page(self) -> Page:
         raise NotImplementedError
 

@@ -85,10 +85,7 @@ class TransformerExplorer(shell.Explorer):
     name = "transformer"
 
     def __init__(self, **values):
-        unknown = set(values) - set(TRANSFORMER_DEFAULTS)
-        if unknown:
-            raise TypeError(f"transformer_explorer takes {sorted(TRANSFORMER_DEFAULTS)}; not {sorted(unknown)}")
-        self.values = {**TRANSFORMER_DEFAULTS, **values}
+        self.values = self.settings("transformer_explorer", TRANSFORMER_DEFAULTS, values)
         bill(**self.values)  # a setting theory refuses is refused here, with theory's ValueError
 
     def layouts(self) -> dict[str, dict[str, float]]:

@@ -253,6 +253,8 @@ class Layout:
     it (Dubey et al. 2024, 3.3.2).
     """
 
+    # Deliberately the shape of Model's field list (a record of plain values with defaults), not a copy
+    # of it: the two describe different things and change apart.
     dp: int
     tp: int = 1
     pp: int = 1
