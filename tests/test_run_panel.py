@@ -85,3 +85,30 @@ def test_the_web_book_gets_the_recorded_runs_in_the_panels_place(panel):
     assert "<table" in bundle["text/html"] and 'src="data:image/png;base64,' in bundle["text/html"]
     assert "run the chapter in JupyterLab" in bundle["text/html"]
     assert "No layout has been run" in RunPanel(HERE, fake_planner).static_html()
+
+
+def test_a_kernel_interrupt_stops_the_panels_run_and_is_ignored_while_idle(panel, monkeypatch):
+    """ipykernel ignores SIGINT while idle and restores its saved handler after each message: the panel
+    replaces that saved handler with one that stops its run, and ignores the signal when none is going."""
+    import signal
+    from types import SimpleNamespace
+
+    from helpers.widgets import run_panel
+    kernel = SimpleNamespace(saved_sigint_handler=signal.SIG_IGN)
+    monkeypatch.setattr(run_panel, "_ipython", lambda: SimpleNamespace(kernel=kernel))
+    panel.controls["steps"].value = 50
+    assert panel.start()
+    interrupt = kernel.saved_sigint_handler
+    assert callable(interrupt) and interrupt.panel is panel
+    deadline = time.monotonic() + 60
+    while "/50" not in panel.bar.value:
+        assert time.monotonic() < deadline, panel.status.value
+        time.sleep(0.1)
+    interrupt(signal.SIGINT, None)
+    panel._thread.join(60)
+    assert "stopped: stopped after" in panel.status.value and not worker_processes()
+    interrupt(signal.SIGINT, None)  # idle: nothing to stop, and SIG_IGN is not called
+    assert panel.start() and kernel.saved_sigint_handler is interrupt  # installed once a panel
+    panel._stop.set()
+    panel._thread.join(60)
+    assert not worker_processes()

@@ -69,6 +69,15 @@ def run_layout(layout: dict, planner: Callable[[list[dict]], dict], *, stop: thr
     return layouts.record(ranks, planner)
 
 
+def _ipython():
+    """The running IPython shell, or None outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
 class RunPanel:
     """The panel. ``planner(ranks)`` prices a finished run's own layout (``analysis.planner``);
     ``run(**settings)`` runs one layout from a cell (waiting, with the book's progress bar), the
@@ -148,7 +157,30 @@ class RunPanel:
         self._say(f"running {layouts.label(layout)} on {layout['nprocs']} ranks")
         self._thread = threading.Thread(target=self._run_in_panel, args=(layout,), name="run-panel", daemon=True)
         self._thread.start()
+        self._stop_on_interrupt()
         return True
+
+    def _stop_on_interrupt(self) -> None:
+        """Make the kernel's interrupt stop a run going on the panel's thread, as it stops a cell.
+
+        ipykernel ignores SIGINT while idle, and for each message it handles sets Python's own handler,
+        then restores the one it saved (``Kernel.saved_sigint_handler``). The Run button's click is such
+        a message, so the saved handler is replaced: it stops this panel's run if one is going, and
+        otherwise does what the saved one did (nothing, for SIG_IGN)."""
+        kernel = getattr(_ipython(), "kernel", None)
+        if kernel is None or not hasattr(kernel, "saved_sigint_handler"):
+            return  # not in a kernel (a test, a script): Ctrl-C reaches the main thread as usual
+        before = kernel.saved_sigint_handler
+        if getattr(before, "panel", None) is self:
+            return
+
+        def on_interrupt(signum, frame):
+            if self._thread is not None and self._thread.is_alive():
+                self._stop.set()
+            elif callable(before):
+                before(signum, frame)
+        on_interrupt.panel = self
+        kernel.saved_sigint_handler = on_interrupt
 
     def _run_in_panel(self, layout: dict) -> None:
         try:
