@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..machine import Machine
 
 # Every fixed-size launch in the chapters, by notebook: a test holds this table true to their cells.
+# (Its rows look alike to `duplicates`, as a table's rows do.)
 CHAPTER_JOBS = {
     "01_background": (1, 2),
     "03_1_data_parallel": (2, 3),
