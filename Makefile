@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: book test unit notebooks notebooks-timed notebooks-untimed site-built browser-or-skip build browser \
-        browser-deps lab lab-extension lab-build bench clean mathjax font
+        browser-deps lab lab-extension lab-build bench clean mathjax font catalogs
 
 # MathJax is served from the site itself, so formulas typeset offline. From npm's registry.
 MATHJAX_VERSION := 3.2.2
@@ -52,9 +52,21 @@ $(CJK_FONT): | $(STAMP)
 
 font: $(CJK_FONT)
 
-## The web book, every notebook executed: _build/html/index.html
+## The web book, every notebook executed: _build/html/index.html, and its Chinese edition from the same
+## run (the cache), _build/html/zh/index.html. Every English message must be in its Chinese catalog,
+## translated (book/locale/zh_CN; `make catalogs` adds what is new).
 book: $(STAMP) $(MATHJAX) $(CJK_FONT)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BIN)/python book/_ext/editions.py gettext
+	$(BIN)/python book/_ext/catalogs.py --pot _build/gettext
+	$(BIN)/python book/_ext/editions.py html
+	$(BIN)/python book/_ext/editions.py check
+
+## The Chinese catalogs brought up to the English (new messages to translate, changed ones fuzzy)
+catalogs: $(STAMP)
+	$(BIN)/python book/_ext/editions.py gettext
+	$(BIN)/python book/_ext/editions.py update
+	-$(BIN)/python book/_ext/catalogs.py --pot _build/gettext
 
 ## Everything CI runs: helpers' unit tests, every notebook through nbval, the book build, then the
 ## built site and JupyterLab in a real browser. The chapters whose cells compare measured times run

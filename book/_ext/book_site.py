@@ -62,7 +62,8 @@ def _whole_redirect(app: Sphinx, exception) -> None:
 def _check_links(app: Sphinx, exception) -> None:
     if exception is None and app.builder.format == "html":
         from site_links import broken_links, offsite_assets  # beside this file, on Jupyter Book's sys.path
-        if broken := broken_links(Path(app.outdir)):
+        # a link to another edition (book_i18n) is checked once all are in _build/html: i18n/build.py
+        if broken := broken_links(Path(app.outdir), alternates=False):
             raise ExtensionError("broken internal links:\n" + "\n".join(f"  {page}: {href}" for page, href in broken))
         if offsite := offsite_assets(Path(app.outdir)):
             raise ExtensionError("pages that load from off the site, so fail offline (ship it in _static/):\n"
@@ -70,6 +71,7 @@ def _check_links(app: Sphinx, exception) -> None:
 
 
 def setup(app: Sphinx) -> dict:
+    app.setup_extension("book_i18n")  # translated editions (locale/): glue in translated prose, edition links
     app.connect("config-inited", _configure)
     app.connect("html-page-context", _drop_thebe)
     app.connect("build-finished", _whole_redirect, priority=900)  # after sphinx-external-toc writes it

@@ -8,8 +8,9 @@ from urllib.parse import unquote, urlsplit
 
 
 class _Page(HTMLParser):
-    def __init__(self):
+    def __init__(self, alternates: bool = True):
         super().__init__()
+        self.alternates = alternates  # False: leave out <link rel="alternate" hreflang> (another edition)
         self.links: list[str] = []
         self.assets: list[str] = []  # what the browser fetches to show the page, not what a reader clicks
         self.ids: set[str] = set()
@@ -20,6 +21,8 @@ class _Page(HTMLParser):
             self.ids.add(a["id"])
         if tag == "a" and a.get("name"):
             self.ids.add(a["name"])
+        if tag == "link" and a.get("rel") == "alternate" and a.get("hreflang") and not self.alternates:
+            return
         for key in ("href", "src"):
             if a.get(key) and not (tag == "link" and key == "href" and a.get("rel") == "canonical"):
                 self.links.append(a[key])
@@ -34,16 +37,17 @@ _FETCHED = {"script": "src", "img": "src", "iframe": "src", "source": "src", "vi
 _LOADS = {"stylesheet", "icon", "preload", "modulepreload", "prefetch", "manifest"}
 
 
-def _read(path: Path) -> _Page:
-    page = _Page()
+def _read(path: Path, alternates: bool = True) -> _Page:
+    page = _Page(alternates)
     page.feed(path.read_text(encoding="utf-8", errors="replace"))
     return page
 
 
-def broken_links(site: Path) -> list[tuple[str, str]]:
-    """(page, link) for every link inside ``site`` whose target or anchor is missing."""
+def broken_links(site: Path, alternates: bool = True) -> list[tuple[str, str]]:
+    """(page, link) for every link inside ``site`` whose target or anchor is missing; ``alternates``
+    False leaves out the links to the page in another edition (not built yet, or outside ``site``)."""
     site = site.resolve()
-    pages = {p: _read(p) for p in site.rglob("*.html") if "_static" not in p.parts}
+    pages = {p: _read(p, alternates) for p in site.rglob("*.html") if "_static" not in p.parts}
     broken = []
     for path, page in sorted(pages.items()):
         for link in page.links:
