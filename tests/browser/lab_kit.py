@@ -128,7 +128,9 @@ def lab():
     yield {"url": url, "token": token, "pid": server.pid}
     tree = [server, *psutil.Process(server.pid).children(recursive=True)]
     server.terminate()
-    gone, alive = psutil.wait_procs(tree, timeout=20)
+    # The server shuts its kernels down first, each with its ranks' forkserver; under CI's load (two
+    # browser workers beside the unit tests) that once took more than 20 s (2026-12-08)
+    gone, alive = psutil.wait_procs(tree, timeout=60)
     for p in alive:
         p.kill()
     shutil.rmtree(state, ignore_errors=True)
