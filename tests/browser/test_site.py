@@ -40,7 +40,7 @@ def test_page_is_clean_typeset_and_loaded(browser, site, page):
     assert offsite_requests(browser) == [], f"{page} asked for these off the site (offline, it cannot)"
 
 
-@pytest.mark.parametrize("page", EXPLORER_PAGES)
+@pytest.mark.parametrize("page", [*EXPLORER_PAGES, *(f"zh/{p}" for p in EXPLORER_PAGES)])  # both editions
 def test_every_control_of_every_explorer_changes_the_page(browser, site, page):
     open_page(browser, site, page)
     explorers = browser.find_elements(By.CSS_SELECTOR, ".explorer[data-explorer]")

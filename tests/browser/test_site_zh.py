@@ -1,13 +1,12 @@
 """The Chinese edition (_build/html/zh/, from book/locale's catalogs) in a real browser with no internet:
-each page's prose in Chinese, the English page's numbers in it, its explorers live, and a link to the
-same page in English and back. test_site.py's checks of every page (typeset, loaded, no error, nothing
-off the site) read these pages too."""
+each page's prose in Chinese, the English page's numbers in it, and a link to the same page in English
+and back. test_site.py's checks of every page (typeset, loaded, no error, nothing off the site) and of
+every explorer's controls read these pages too."""
 from __future__ import annotations
 
 import pytest
-from conftest import PAGES, console_errors, move_every_control, open_page
+from conftest import PAGES, console_errors, open_page
 from selenium.webdriver.common.by import By
-from test_site import EXPLORER_PAGES
 
 ZH = sorted(p for p in PAGES if p.startswith("zh/") and p != "zh/index.html")  # index.html: the redirect
 PROSE = [p for p in ZH if p not in ("zh/search.html", "zh/genindex.html")]  # pages of the book, not the theme's
@@ -58,12 +57,3 @@ def test_the_switch_reaches_the_same_page_in_the_other_edition_and_back(browser,
     assert browser.current_url == f"{site}/{page}"
     assert console_errors(browser) == []
 
-
-@pytest.mark.parametrize("page", [f"zh/{p}" for p in EXPLORER_PAGES])
-def test_every_control_of_every_explorer_changes_the_chinese_page(browser, site, page):
-    open_page(browser, site, page)
-    explorers = browser.find_elements(By.CSS_SELECTOR, ".explorer[data-explorer]")
-    assert explorers, f"{page} has no explorer"
-    for explorer in explorers:
-        assert move_every_control(browser, explorer) == [], page
-    assert console_errors(browser) == []
